@@ -1,0 +1,23 @@
+"""The Celery application; tasks are found in each app's tasks.py."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marin_site.settings")
+
+app = Celery("marin_site")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@app.on_after_configure.connect
+def _ensure_filesystem_broker_folders(sender: Celery, **kwargs: object) -> None:
+    """The filesystem broker (the embedded default) needs its folders to exist."""
+    options = sender.conf.broker_transport_options or {}
+    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+        folder = options.get(key)
+        if folder:
+            os.makedirs(folder, exist_ok=True)

@@ -1,0 +1,16 @@
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from marin_site import views
+
+urlpatterns = [
+    path("", include("proposals.urls")),
+    path("recipes/", include("runs.urls")),
+    path("healthz", views.healthz, name="healthz"),
+    path("accounts/", include("allauth.urls")),
+    path("admin/", admin.site.urls),
+    path("api/v1/", include("marin_site.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+]

@@ -1,0 +1,37 @@
+"""Site-wide views: the health check."""
+
+from __future__ import annotations
+
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+
+from marin_site.celery import app as celery_app
+
+
+def _database() -> str | None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:  # noqa: BLE001 (any failure means unreachable)
+        return f"unreachable: {exc.__class__.__name__}: {exc}"
+    return None
+
+
+def _broker() -> str | None:
+    try:
+        with celery_app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, interval_start=0, timeout=2)
+    except Exception as exc:  # noqa: BLE001 (any failure means unreachable)
+        return f"unreachable: {exc.__class__.__name__}: {exc}"
+    return None
+
+
+@never_cache
+def healthz(request: HttpRequest) -> JsonResponse:
+    """200 when the database and the broker answer; 503 naming whichever does not."""
+    problems = {"database": _database(), "broker": _broker()}
+    body = {name: problem or "ok" for name, problem in problems.items()}
+    failing = [name for name, problem in problems.items() if problem]
+    status = 503 if failing else 200
+    return JsonResponse({"status": "unavailable" if failing else "ok", **body}, status=status)

@@ -1,0 +1,241 @@
+"""Proposals, their reviews, comments, amendments and the append-only timeline."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
+from django.db import models
+from django.urls import reverse
+
+from runs.models import Plan, Recipe
+
+MAX_MARKDOWN = 64 * 1024
+METRIC_KEY = RegexValidator(
+    r"^[A-Za-z0-9_.\-]+(/[A-Za-z0-9_.\-]+)*$",
+    "A metric key is words separated by '/', e.g. eval/paloma/macro_loss.",
+)
+LABEL_NAME = RegexValidator(
+    r"^[a-z0-9][a-z0-9:._-]{0,49}$",
+    "A label is lowercase letters, digits and ':._-', at most 50 characters.",
+)
+
+
+class State(models.TextChoices):
+    DRAFT = "draft", "Draft"
+    SUBMITTED = "submitted", "Submitted"
+    CHANGES_REQUESTED = "changes_requested", "Changes requested"
+    APPROVED = "approved", "Approved"
+    REJECTED = "rejected", "Rejected"
+    WITHDRAWN = "withdrawn", "Withdrawn"
+    CANCELED = "canceled", "Canceled"
+
+
+class Outcome(models.TextChoices):
+    WORKED = "worked", "Worked"
+    PROMISING = "promising", "Promising"
+    MIXED = "mixed", "Mixed"
+    DID_NOT_WORK = "did_not_work", "Did not work"
+    INCONCLUSIVE = "inconclusive", "Inconclusive"
+    NOT_EVALUATED = "not_evaluated", "Not evaluated"
+
+
+class Confidence(models.TextChoices):
+    EXPLORATORY = "exploratory", "Exploratory"
+    REPLICATED = "replicated", "Replicated"
+    STABLE = "stable", "Stable"
+
+
+class Direction(models.TextChoices):
+    LOWER = "lower", "Lower is better"
+    HIGHER = "higher", "Higher is better"
+
+
+class Door(models.TextChoices):
+    WEB = "web", "Web"
+    API = "api", "API"
+    GITHUB = "github", "GitHub"
+    WORKER = "worker", "Worker"
+    SYSTEM = "system", "System"
+
+
+class Label(models.Model):
+    name = models.CharField(max_length=50, unique=True, validators=[LABEL_NAME])
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Proposal(models.Model):
+    title = models.CharField(max_length=200)
+    summary = models.CharField("one-line summary", max_length=300)
+    description = models.TextField(blank=True, max_length=MAX_MARKDOWN)
+    hypothesis = models.TextField(blank=True, max_length=MAX_MARKDOWN)
+    success_metric = models.CharField(max_length=200, blank=True, validators=[METRIC_KEY])
+    success_direction = models.CharField(
+        max_length=10, choices=Direction.choices, default=Direction.LOWER
+    )
+    success_threshold = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="The smallest improvement over the baseline that counts as success.",
+    )
+    recipe = models.ForeignKey(Recipe, on_delete=models.PROTECT, related_name="proposals")
+    baseline = models.JSONField(default=dict, blank=True)
+    ablation_spec = models.TextField(blank=True, max_length=64 * 1024)
+    budget_accelerator_hours = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0)]
+    )
+    pr_url = models.URLField("pull request", max_length=500, blank=True)
+    branch = models.CharField(max_length=255, blank=True)
+    wandb_url = models.URLField("W&B report", max_length=500, blank=True)
+    data_browser_url = models.URLField("data browser", max_length=500, blank=True)
+    labels = models.ManyToManyField(Label, blank=True, related_name="proposals")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="proposals"
+    )
+
+    state = models.CharField(
+        max_length=20, choices=State.choices, default=State.DRAFT, db_index=True
+    )
+    state_reason = models.TextField(blank=True, max_length=10_000)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    # The preregistration as approved; later edits become amendments beside it.
+    plan = models.OneToOneField(
+        Plan, null=True, blank=True, on_delete=models.PROTECT, related_name="proposal"
+    )
+    approved_hypothesis = models.TextField(blank=True)
+    approved_criteria = models.JSONField(null=True, blank=True)
+    git_ref = models.CharField("pinned git ref", max_length=255, blank=True)
+
+    outcome = models.CharField(
+        max_length=20, choices=Outcome.choices, blank=True, default="", db_index=True
+    )
+    conclusion = models.TextField(blank=True, max_length=MAX_MARKDOWN)
+    confidence = models.CharField(max_length=20, choices=Confidence.choices, blank=True)
+    concluded_at = models.DateTimeField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["state", "-created_at"], name="proposal_state_created"),
+            models.Index(fields=["outcome", "-created_at"], name="proposal_outcome_created"),
+        ]
+
+    def __str__(self) -> str:
+        return self.title
+
+    def get_absolute_url(self) -> str:
+        return reverse("proposals:detail", kwargs={"pk": self.pk})
+
+    @property
+    def criteria(self) -> dict[str, object]:
+        return {
+            "metric": self.success_metric,
+            "direction": self.success_direction,
+            "threshold": self.success_threshold,
+        }
+
+    @property
+    def is_frozen(self) -> bool:
+        return self.plan_id is not None
+
+
+class Review(models.Model):
+    class Recommendation(models.TextChoices):
+        APPROVE = "approve", "Approve"
+        REQUEST_CHANGES = "request_changes", "Request changes"
+        REJECT = "reject", "Reject"
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="reviews")
+    reviewer = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="reviews"
+    )
+    score = models.PositiveSmallIntegerField(
+        validators=[MinValueValidator(1), MaxValueValidator(5)]
+    )
+    recommendation = models.CharField(max_length=20, choices=Recommendation.choices)
+    text = models.TextField(max_length=MAX_MARKDOWN)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["proposal", "reviewer"], name="one_review_per_reviewer"),
+            models.CheckConstraint(
+                condition=models.Q(score__gte=1, score__lte=5), name="review_score_1_to_5"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.reviewer} on {self.proposal_id}: {self.score}/5"
+
+
+class Comment(models.Model):
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="comments")
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="proposal_comments",
+    )
+    author_label = models.CharField(max_length=100, blank=True)
+    body = models.TextField(max_length=MAX_MARKDOWN)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"comment {self.pk} on {self.proposal_id}"
+
+
+class Amendment(models.Model):
+    """A dated change to the preregistration after approval; the approved text stays."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="amendments")
+    field = models.CharField(max_length=50)
+    old_value = models.TextField(blank=True)
+    new_value = models.TextField(blank=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"amendment to {self.field} of {self.proposal_id}"
+
+
+class Event(models.Model):
+    """An append-only timeline row: who did what, from and to, when, through which door."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=100, blank=True)
+    verb = models.CharField(max_length=40)
+    from_state = models.CharField(max_length=20, blank=True)
+    to_state = models.CharField(max_length=20, blank=True)
+    message = models.TextField(blank=True, max_length=10_000)
+    door = models.CharField(max_length=10, choices=Door.choices, default=Door.WEB)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.verb} on {self.proposal_id} by {self.actor_label or self.actor_id}"

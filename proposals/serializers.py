@@ -1,0 +1,161 @@
+"""API representations of proposals, reviews, comments and timeline events."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from proposals.markdown import render_markdown
+from proposals.models import Comment, Confidence, Direction, Event, Outcome, Proposal, Review
+from runs.models import Recipe
+
+
+class SuccessCriteriaSerializer(serializers.Serializer):
+    metric = serializers.CharField(max_length=200, allow_blank=True)
+    direction = serializers.ChoiceField(choices=Direction.choices)
+    threshold = serializers.FloatField(allow_null=True)
+
+
+class ProposalSerializer(serializers.ModelSerializer):
+    """What the API shows of a proposal (and accepts, for the writable fields)."""
+
+    url = serializers.HyperlinkedIdentityField(view_name="proposal-detail")
+    html_url = serializers.SerializerMethodField()
+    recipe = serializers.PrimaryKeyRelatedField(queryset=Recipe.objects.filter(is_active=True))
+    recipe_name = serializers.CharField(source="recipe.name", read_only=True)
+    recipe_version = serializers.CharField(source="recipe.version", read_only=True)
+    author = serializers.CharField(source="author.username", read_only=True)
+    labels = serializers.ListField(
+        child=serializers.CharField(max_length=50), max_length=20, required=False
+    )
+    description_html = serializers.SerializerMethodField()
+    baseline = serializers.DictField(required=False)
+    review_count = serializers.IntegerField(read_only=True, required=False)
+    average_score = serializers.FloatField(read_only=True, required=False, allow_null=True)
+    plan_id = serializers.IntegerField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = Proposal
+        fields = [
+            "id",
+            "url",
+            "html_url",
+            "title",
+            "summary",
+            "description",
+            "description_html",
+            "hypothesis",
+            "success_metric",
+            "success_direction",
+            "success_threshold",
+            "recipe",
+            "recipe_name",
+            "recipe_version",
+            "baseline",
+            "ablation_spec",
+            "budget_accelerator_hours",
+            "pr_url",
+            "branch",
+            "wandb_url",
+            "data_browser_url",
+            "labels",
+            "author",
+            "state",
+            "state_reason",
+            "outcome",
+            "conclusion",
+            "confidence",
+            "approved_hypothesis",
+            "approved_criteria",
+            "git_ref",
+            "plan_id",
+            "review_count",
+            "average_score",
+            "created_at",
+            "updated_at",
+            "submitted_at",
+            "decided_at",
+            "concluded_at",
+        ]
+        read_only_fields = [
+            "state",
+            "state_reason",
+            "outcome",
+            "conclusion",
+            "confidence",
+            "approved_hypothesis",
+            "approved_criteria",
+            "git_ref",
+            "created_at",
+            "updated_at",
+            "submitted_at",
+            "decided_at",
+            "concluded_at",
+        ]
+
+    def get_html_url(self, obj: Proposal) -> str:
+        request = self.context.get("request")
+        path = reverse("proposals:detail", kwargs={"pk": obj.pk})
+        return request.build_absolute_uri(path) if request else path
+
+    @extend_schema_field(serializers.CharField())
+    def get_description_html(self, obj: Proposal) -> str:
+        return str(render_markdown(obj.description))
+
+    def to_representation(self, instance: Proposal) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        data["labels"] = [label.name for label in instance.labels.all()]
+        return data
+
+
+class TransitionSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, max_length=10_000, default="")
+    git_ref = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
+
+
+class OutcomeSerializer(serializers.Serializer):
+    outcome = serializers.ChoiceField(choices=Outcome.choices)
+    conclusion = serializers.CharField(allow_blank=True, max_length=64 * 1024)
+    confidence = serializers.ChoiceField(choices=Confidence.choices)
+
+
+class ReviewSerializer(serializers.ModelSerializer):
+    reviewer = serializers.CharField(source="reviewer.username", read_only=True)
+    proposal = serializers.PrimaryKeyRelatedField(queryset=Proposal.objects.all())
+
+    class Meta:
+        model = Review
+        fields = ["id", "proposal", "reviewer", "score", "recommendation", "text", "created_at", "updated_at"]
+        read_only_fields = ["id", "reviewer", "created_at", "updated_at"]
+
+
+class CommentSerializer(serializers.ModelSerializer):
+    author = serializers.SerializerMethodField()
+    proposal = serializers.PrimaryKeyRelatedField(queryset=Proposal.objects.all())
+    body_html = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Comment
+        fields = ["id", "proposal", "author", "body", "body_html", "created_at", "updated_at"]
+        read_only_fields = ["id", "author", "created_at", "updated_at"]
+
+    def get_author(self, obj: Comment) -> str:
+        return obj.author.username if obj.author else obj.author_label
+
+    @extend_schema_field(serializers.CharField())
+    def get_body_html(self, obj: Comment) -> str:
+        return str(render_markdown(obj.body))
+
+
+class EventSerializer(serializers.ModelSerializer):
+    actor = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Event
+        fields = ["id", "verb", "actor", "from_state", "to_state", "message", "door", "created_at"]
+
+    def get_actor(self, obj: Event) -> str:
+        return obj.actor_label or (obj.actor.username if obj.actor else "")

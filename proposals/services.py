@@ -1,0 +1,441 @@
+"""Writes for proposals: create, edit, the state transitions, reviews, comments, outcomes.
+
+Every door (web form, API, GitHub slash command) calls these functions, so the rules, the
+permission checks and the timeline are the same whichever way a change arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
+from proposals import permissions as perms
+from proposals.models import (
+    Amendment,
+    Comment,
+    Door,
+    Event,
+    Label,
+    Outcome,
+    Proposal,
+    Review,
+    State,
+)
+from runs.plans import Plan as PlanPreview
+from runs.services import plan_build, plan_freeze
+
+Actor = AbstractBaseUser | AnonymousUser
+
+EDITABLE_STATES = {State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED}
+# After approval the plan is frozen: only these fields may still change (as amendments).
+AMENDABLE_FIELDS = {
+    "description",
+    "hypothesis",
+    "success_metric",
+    "success_direction",
+    "success_threshold",
+    "pr_url",
+    "branch",
+    "wandb_url",
+    "data_browser_url",
+    "labels",
+    "summary",
+}
+PREREGISTERED_FIELDS = ("hypothesis", "success_metric", "success_direction", "success_threshold")
+PROPOSAL_FIELDS = (
+    "title",
+    "summary",
+    "description",
+    "hypothesis",
+    "success_metric",
+    "success_direction",
+    "success_threshold",
+    "recipe",
+    "baseline",
+    "ablation_spec",
+    "budget_accelerator_hours",
+    "pr_url",
+    "branch",
+    "wandb_url",
+    "data_browser_url",
+)
+
+
+@dataclass(frozen=True)
+class Transition:
+    action: str
+    sources: frozenset[str]
+    target: str
+    permission: str
+    verb: str
+    needs_reason: bool = False
+
+
+TRANSITIONS: dict[str, Transition] = {
+    t.action: t
+    for t in (
+        Transition(
+            "submit", frozenset({State.DRAFT, State.CHANGES_REQUESTED}), State.SUBMITTED,
+            perms.SUBMIT, "submitted",
+        ),
+        Transition(
+            "request_changes", frozenset({State.SUBMITTED}), State.CHANGES_REQUESTED,
+            perms.REQUEST_CHANGES, "changes requested", needs_reason=True,
+        ),
+        Transition("approve", frozenset({State.SUBMITTED}), State.APPROVED, perms.APPROVE, "approved"),
+        Transition(
+            "reject", frozenset({State.SUBMITTED}), State.REJECTED, perms.REJECT, "rejected",
+            needs_reason=True,
+        ),
+        Transition(
+            "withdraw",
+            frozenset({State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED, State.APPROVED}),
+            State.WITHDRAWN, perms.WITHDRAW, "withdrew",
+        ),
+        Transition("cancel", frozenset({State.APPROVED}), State.CANCELED, perms.CANCEL, "canceled"),
+    )
+}
+
+
+def _user(actor: Actor | None) -> AbstractBaseUser | None:
+    return actor if isinstance(actor, AbstractBaseUser) and actor.is_authenticated else None
+
+
+def _require(actor: Actor | None, permission: str, proposal: Proposal | None, what: str) -> None:
+    if actor is None or not actor.has_perm(permission, proposal):
+        raise ActionForbidden(f"You do not have permission to {what}.")
+
+
+def event_record(
+    *,
+    proposal: Proposal,
+    actor: Actor | None,
+    verb: str,
+    door: str,
+    from_state: str = "",
+    to_state: str = "",
+    message: str = "",
+    actor_label: str = "",
+) -> Event:
+    user = _user(actor)
+    return Event.objects.create(
+        proposal=proposal,
+        actor=user,
+        actor_label=actor_label or (user.get_username() if user else ""),
+        verb=verb,
+        from_state=from_state,
+        to_state=to_state,
+        message=message[:10_000],
+        door=door,
+    )
+
+
+def proposal_plan(*, proposal: Proposal) -> PlanPreview:
+    """The plan approval would launch, computed from the proposal as it stands."""
+    return plan_build(
+        recipe=proposal.recipe,
+        baseline=proposal.baseline or {},
+        spec_text=proposal.ablation_spec,
+        budget_accelerator_hours=proposal.budget_accelerator_hours,
+    )
+
+
+def _clean(proposal: Proposal) -> None:
+    """Model-level field validation and the plan (recipe, baseline, spec) together."""
+    errors: dict[str, list[str]] = {}
+    try:
+        proposal.full_clean(exclude=["author", "plan"])
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+    if "recipe" not in errors and proposal.recipe_id is not None:
+        if not proposal.recipe.is_active and not proposal.is_frozen:
+            errors.setdefault("recipe", []).append(f"recipe {proposal.recipe} is retired")
+        try:
+            proposal_plan(proposal=proposal)
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                errors.setdefault(field, []).extend(messages)
+    if errors:
+        raise ValidationError(errors)
+
+
+def _labels(names: Iterable[str]) -> list[Label]:
+    wanted = sorted({name.strip().lower() for name in names if name.strip()})
+    if len(wanted) > 20:
+        raise ValidationError({"labels": ["at most 20 labels"]})
+    labels = []
+    for name in wanted:
+        label = Label(name=name)
+        try:
+            label.full_clean(validate_unique=False)
+        except ValidationError as exc:
+            raise ValidationError({"labels": [f"'{name}': {m}" for m in exc.messages]}) from exc
+        labels.append(Label.objects.get_or_create(name=name)[0])
+    return labels
+
+
+@transaction.atomic
+def proposal_create(
+    *,
+    author: Actor,
+    data: dict[str, Any],
+    labels: Iterable[str] = (),
+    submit: bool = False,
+    door: str = Door.WEB,
+) -> Proposal:
+    """Create a draft (and submit it at once when ``submit``). Nothing is stored on error."""
+    _require(author, perms.ADD, None, "propose an experiment")
+    proposal = Proposal(author=author, **{k: v for k, v in data.items() if k in PROPOSAL_FIELDS})
+    _clean(proposal)
+    label_rows = _labels(labels)
+    proposal.save()
+    proposal.labels.set(label_rows)
+    event_record(proposal=proposal, actor=author, verb="created", door=door, to_state=State.DRAFT)
+    if submit:
+        proposal_transition(proposal_id=proposal.pk, action="submit", actor=author, door=door)
+        proposal.refresh_from_db()
+    return proposal
+
+
+@transaction.atomic
+def proposal_update(
+    *,
+    proposal_id: int,
+    actor: Actor,
+    data: dict[str, Any],
+    labels: Iterable[str] | None = None,
+    door: str = Door.WEB,
+) -> Proposal:
+    """Edit a proposal; after approval only amendable fields change, as dated amendments."""
+    proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
+    _require(actor, perms.CHANGE, proposal, "edit this proposal")
+    changes = {
+        k: v for k, v in data.items() if k in PROPOSAL_FIELDS and getattr(proposal, k) != v
+    }
+    if proposal.state == State.APPROVED:
+        locked = sorted(set(changes) - AMENDABLE_FIELDS)
+        if locked:
+            raise DomainError(
+                f"The plan is frozen at approval; these fields can no longer change: "
+                f"{', '.join(locked)}."
+            )
+    elif proposal.state not in EDITABLE_STATES:
+        raise TransitionNotAllowed(
+            action="edit", current=proposal.state, allowed=[*EDITABLE_STATES, State.APPROVED]
+        )
+    old = {field: getattr(proposal, field) for field in changes}
+    for field, value in changes.items():
+        setattr(proposal, field, value)
+    _clean(proposal)
+    label_names: list[str] = []
+    if labels is not None:
+        label_rows = _labels(labels)
+        label_names = [label.name for label in label_rows]
+        current = sorted(proposal.labels.values_list("name", flat=True))
+        if current != label_names:
+            proposal.labels.set(label_rows)
+            changes["labels"] = label_names
+    if not changes:
+        return proposal
+    proposal.save(update_fields=[f for f in changes if f != "labels"] + ["updated_at"])
+    if proposal.state == State.APPROVED:
+        for field in PREREGISTERED_FIELDS:
+            if field in changes:
+                Amendment.objects.create(
+                    proposal=proposal,
+                    field=field,
+                    old_value="" if old[field] is None else str(old[field]),
+                    new_value="" if changes[field] is None else str(changes[field]),
+                    author=_user(actor),
+                )
+    event_record(
+        proposal=proposal,
+        actor=actor,
+        verb="amended" if proposal.state == State.APPROVED else "edited",
+        door=door,
+        message="Changed " + ", ".join(sorted(changes)),
+    )
+    return proposal
+
+
+def _submission_problems(proposal: Proposal) -> list[str]:
+    problems = []
+    if not proposal.hypothesis.strip():
+        problems.append("the hypothesis is empty")
+    if not proposal.success_metric:
+        problems.append("the success criteria name no metric")
+    if proposal.success_threshold is None:
+        problems.append("the success criteria have no threshold")
+    if not proposal.summary.strip():
+        problems.append("the one-line summary is empty")
+    return problems
+
+
+@transaction.atomic
+def proposal_transition(
+    *,
+    proposal_id: int,
+    action: str,
+    actor: Actor | None,
+    door: str = Door.WEB,
+    reason: str = "",
+    git_ref: str = "",
+    actor_label: str = "",
+) -> Proposal:
+    """The one way a proposal changes state: lock, check, change, record.
+
+    Does nothing when the proposal is already in the target state; refuses a source state
+    the action does not start from (naming the allowed ones) and an actor without the
+    action's permission.
+    """
+    transition = TRANSITIONS.get(action)
+    if transition is None:
+        raise DomainError(f"Unknown action '{action}'; known: {', '.join(TRANSITIONS)}.")
+    proposal = Proposal.objects.select_for_update().select_related("recipe").get(pk=proposal_id)
+    _require(actor, transition.permission, proposal, f"{action.replace('_', ' ')} this proposal")
+    if proposal.state == transition.target:
+        return proposal
+    if proposal.state not in transition.sources:
+        raise TransitionNotAllowed(
+            action=action.replace("_", " "), current=proposal.state, allowed=transition.sources
+        )
+    reason = reason.strip()
+    if transition.needs_reason and not reason:
+        raise ValidationError({"reason": [f"A reason is required to {action.replace('_', ' ')}."]})
+    if len(reason) > 10_000:
+        raise ValidationError({"reason": ["A reason is at most 10,000 characters."]})
+
+    now = timezone.now()
+    update_fields = ["state", "state_reason", "updated_at"]
+    if action == "submit":
+        problems = _submission_problems(proposal)
+        if problems:
+            raise ValidationError({"__all__": ["Cannot submit yet: " + "; ".join(problems) + "."]})
+        proposal_plan(proposal=proposal)  # raises with field errors if the plan is invalid
+        proposal.submitted_at = now
+        update_fields.append("submitted_at")
+    elif action == "approve":
+        proposal.plan = plan_freeze(
+            recipe=proposal.recipe,
+            baseline=proposal.baseline or {},
+            spec_text=proposal.ablation_spec,
+            budget_accelerator_hours=proposal.budget_accelerator_hours,
+        )
+        proposal.approved_hypothesis = proposal.hypothesis
+        proposal.approved_criteria = proposal.criteria
+        proposal.git_ref = git_ref.strip()[:255] or proposal.git_ref
+        update_fields += ["plan", "approved_hypothesis", "approved_criteria", "git_ref"]
+    if action in {"approve", "reject"}:
+        proposal.decided_at = now
+        update_fields.append("decided_at")
+
+    source = proposal.state
+    proposal.state = transition.target
+    proposal.state_reason = reason
+    proposal.save(update_fields=update_fields)
+    event_record(
+        proposal=proposal,
+        actor=actor,
+        verb=transition.verb,
+        door=door,
+        from_state=source,
+        to_state=transition.target,
+        message=reason,
+        actor_label=actor_label,
+    )
+    return proposal
+
+
+@transaction.atomic
+def review_submit(
+    *,
+    proposal_id: int,
+    reviewer: Actor,
+    score: int,
+    recommendation: str,
+    text: str,
+    door: str = Door.WEB,
+) -> Review:
+    """Add or update the reviewer's review; never on one's own proposal."""
+    proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
+    _require(reviewer, perms.REVIEW, proposal, "review this proposal")
+    allowed = {State.SUBMITTED, State.CHANGES_REQUESTED}
+    if proposal.state not in allowed:
+        raise TransitionNotAllowed(action="review", current=proposal.state, allowed=allowed)
+    user = _user(reviewer)
+    review = Review.objects.filter(proposal=proposal, reviewer=user).first() or Review(
+        proposal=proposal, reviewer=user
+    )
+    created = review.pk is None
+    review.score, review.recommendation, review.text = score, recommendation, text
+    review.full_clean()
+    review.save()
+    event_record(
+        proposal=proposal,
+        actor=reviewer,
+        verb="reviewed" if created else "updated review",
+        door=door,
+        message=f"score {score}/5, recommends {review.get_recommendation_display().lower()}",
+    )
+    return review
+
+
+@transaction.atomic
+def comment_create(
+    *, proposal_id: int, author: Actor, body: str, door: str = Door.WEB
+) -> Comment:
+    proposal = Proposal.objects.get(pk=proposal_id)
+    _require(author, perms.COMMENT, proposal, "comment")
+    comment = Comment(proposal=proposal, author=_user(author), body=body)
+    comment.author_label = author.get_username() if comment.author else ""
+    comment.full_clean()
+    if not body.strip():
+        raise ValidationError({"body": ["A comment cannot be empty."]})
+    comment.save()
+    return comment
+
+
+@transaction.atomic
+def proposal_record_outcome(
+    *,
+    proposal_id: int,
+    actor: Actor,
+    outcome: str,
+    conclusion: str,
+    confidence: str,
+    door: str = Door.WEB,
+) -> Proposal:
+    """Record the scientific verdict, kept apart from the state; an event marks each change."""
+    proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
+    _require(actor, perms.RECORD_OUTCOME, proposal, "record the outcome")
+    allowed = {State.APPROVED, State.CANCELED}
+    if proposal.state not in allowed:
+        raise TransitionNotAllowed(
+            action="record an outcome", current=proposal.state, allowed=allowed
+        )
+    if outcome not in Outcome.values:
+        raise ValidationError({"outcome": [f"must be one of {', '.join(Outcome.values)}"]})
+    previous = proposal.outcome
+    if (previous, proposal.conclusion, proposal.confidence) == (outcome, conclusion, confidence):
+        return proposal
+    proposal.outcome, proposal.conclusion, proposal.confidence = outcome, conclusion, confidence
+    proposal.concluded_at = timezone.now()
+    proposal.full_clean(exclude=["author", "plan", "recipe"])
+    proposal.save(update_fields=["outcome", "conclusion", "confidence", "concluded_at", "updated_at"])
+    event_record(
+        proposal=proposal,
+        actor=actor,
+        verb="recorded outcome",
+        door=door,
+        from_state=previous,
+        to_state=outcome,
+        message=conclusion[:500],
+    )
+    return proposal

@@ -1,0 +1,50 @@
+"""Template filters: sanitized markdown, FLOPs and hours in human units, JSON values."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import template
+from django.utils.safestring import SafeString
+
+from proposals.markdown import render_markdown
+
+register = template.Library()
+
+
+@register.filter(name="markdown")
+def markdown_filter(text: str) -> SafeString:
+    return render_markdown(text)
+
+
+@register.filter
+def flops(value: float | None) -> str:
+    """3.6e+16 -> '3.60e16 FLOPs'."""
+    if value is None:
+        return "–"
+    mantissa, exponent = f"{value:.2e}".split("e")
+    return f"{mantissa}e{int(exponent)} FLOPs"
+
+
+@register.filter
+def hours(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value >= 100:
+        return f"{value:,.0f} h"
+    if value >= 1:
+        return f"{value:.1f} h"
+    return f"{value:.3g} h"
+
+
+@register.filter
+def as_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True)
+
+
+@register.filter
+def percent_of(value: float | None, total: float | None) -> str:
+    if not value or not total:
+        return "–"
+    return f"{100 * value / total:.0f}%"

@@ -1,0 +1,17 @@
+from django.urls import path
+
+from proposals import views
+
+app_name = "proposals"
+
+urlpatterns = [
+    path("", views.proposal_list, name="list"),
+    path("proposals/new/", views.proposal_create, name="create"),
+    path("proposals/review-queue/", views.review_queue, name="review-queue"),
+    path("proposals/<int:pk>/", views.proposal_detail, name="detail"),
+    path("proposals/<int:pk>/edit/", views.proposal_edit, name="edit"),
+    path("proposals/<int:pk>/transition/<str:action>/", views.proposal_transition, name="transition"),
+    path("proposals/<int:pk>/review/", views.review_submit, name="review"),
+    path("proposals/<int:pk>/comment/", views.comment_create, name="comment"),
+    path("proposals/<int:pk>/outcome/", views.outcome_record, name="outcome"),
+]

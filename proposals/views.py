@@ -1,0 +1,288 @@
+"""Web doors for proposals: validate the form, call one service, render the page."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
+from django.db import transaction
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_POST
+
+from marin_site.errors import DomainError
+from proposals import permissions as perms
+from proposals import selectors, services
+from proposals.filters import ProposalFilter
+from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
+from proposals.markdown import render_markdown
+from proposals.models import Door, Proposal, State
+from runs.services import plan_build
+
+TRANSITION_LABELS = {
+    "submit": "Submit for review",
+    "request_changes": "Request changes",
+    "approve": "Approve",
+    "reject": "Reject",
+    "withdraw": "Withdraw",
+    "cancel": "Cancel",
+}
+
+
+def refusal(request: HttpRequest, error: DomainError | ValidationError, status: int | None = None) -> HttpResponse:
+    """A page that says what was refused and why, with the matching status code."""
+    if isinstance(error, ValidationError):
+        messages_list = error.messages
+        status = status or 400
+    else:
+        messages_list = [error.message]
+        status = status or error.status_code
+    return render(
+        request,
+        "refused.html",
+        {"problems": messages_list, "back": request.META.get("HTTP_REFERER", "/")},
+        status=status,
+    )
+
+
+def proposal_list(request: HttpRequest) -> HttpResponse:
+    filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_list())
+    queryset = filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_list()
+    page = Paginator(queryset, 25).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "proposals/list.html",
+        {"filter": filterset.form, "page": page, "query": query.urlencode(), "State": State},
+    )
+
+
+def _plan_context(proposal: Proposal) -> dict[str, Any]:
+    if proposal.plan is not None:
+        return {"frozen_plan": proposal.plan, "plan_entries": proposal.plan.entries.order_by("index")}
+    try:
+        return {"preview_plan": services.proposal_plan(proposal=proposal)}
+    except ValidationError as exc:
+        return {"plan_errors": exc.messages}
+
+
+def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    try:
+        proposal = selectors.proposal_detail(pk=pk)
+    except Proposal.DoesNotExist as exc:
+        raise Http404("No such proposal.") from exc
+    user = request.user
+    actions = [
+        (name, TRANSITION_LABELS[name], t)
+        for name, t in services.TRANSITIONS.items()
+        if proposal.state in t.sources and user.has_perm(t.permission, proposal)
+    ]
+    own_review = next((r for r in proposal.reviews.all() if r.reviewer_id == user.pk), None)
+    context = {
+        "proposal": proposal,
+        "actions": actions,
+        "reason_form": ReasonForm(),
+        "can_review": user.has_perm(perms.REVIEW, proposal)
+        and proposal.state in {State.SUBMITTED, State.CHANGES_REQUESTED},
+        "review_form": ReviewForm(instance=own_review),
+        "can_comment": user.has_perm(perms.COMMENT, proposal),
+        "comment_form": CommentForm(),
+        "can_edit": user.has_perm(perms.CHANGE, proposal)
+        and proposal.state in {*services.EDITABLE_STATES, State.APPROVED},
+        "can_record_outcome": user.has_perm(perms.RECORD_OUTCOME, proposal)
+        and proposal.state in {State.APPROVED, State.CANCELED},
+        "outcome_form": OutcomeForm(
+            initial={
+                "outcome": proposal.outcome,
+                "confidence": proposal.confidence,
+                "conclusion": proposal.conclusion,
+            }
+        ),
+        **_plan_context(proposal),
+    }
+    return render(request, "proposals/detail.html", context)
+
+
+def _form_page(
+    request: HttpRequest, form: ProposalForm, proposal: Proposal | None, preview: dict[str, Any] | None
+) -> HttpResponse:
+    return render(
+        request,
+        "proposals/form.html",
+        {"form": form, "proposal": proposal, "preview": preview},
+        status=400 if form.is_bound and form.errors else 200,
+    )
+
+
+def _preview(form: ProposalForm) -> dict[str, Any]:
+    """Rendered markdown and the plan, for the form's Preview button; nothing is stored."""
+    data = form.cleaned_data
+    preview: dict[str, Any] = {
+        "description": render_markdown(data.get("description") or ""),
+        "hypothesis": render_markdown(data.get("hypothesis") or ""),
+    }
+    try:
+        preview["plan"] = plan_build(
+            recipe=data["recipe"],
+            baseline=data.get("baseline") or {},
+            spec_text=data.get("ablation_spec") or "",
+            budget_accelerator_hours=data.get("budget_accelerator_hours"),
+        )
+    except ValidationError as exc:
+        for field, errors in exc.message_dict.items():
+            form.add_error(field if field in form.fields else None, errors)
+    return preview
+
+
+def _apply_errors(form: ProposalForm, exc: ValidationError) -> None:
+    for field, errors in (exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}).items():
+        form.add_error(field if field in form.fields else None, errors)
+
+
+@login_required
+def proposal_create(request: HttpRequest) -> HttpResponse:
+    if not request.user.has_perm(perms.ADD):
+        return refusal(request, DomainError("You cannot propose experiments."), 403)
+    if request.method != "POST":
+        return _form_page(request, ProposalForm(), None, None)
+    form = ProposalForm(request.POST)
+    if not form.is_valid():
+        return _form_page(request, form, None, None)
+    if "preview" in request.POST:
+        return _form_page(request, form, None, _preview(form))
+    try:
+        proposal = services.proposal_create(
+            author=request.user,
+            data=form.service_data(),
+            labels=form.cleaned_data["labels"],
+            submit="submit" in request.POST,
+            door=Door.WEB,
+        )
+    except ValidationError as exc:
+        _apply_errors(form, exc)
+        return _form_page(request, form, None, None)
+    messages.success(
+        request,
+        "Proposal submitted for review." if proposal.state == State.SUBMITTED else "Draft saved.",
+    )
+    return redirect(proposal)
+
+
+@login_required
+def proposal_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    proposal = get_object_or_404(Proposal, pk=pk)
+    if not request.user.has_perm(perms.CHANGE, proposal):
+        return refusal(request, DomainError("Only the author or a maintainer can edit this proposal."), 403)
+    if request.method != "POST":
+        return _form_page(request, ProposalForm(instance=proposal), proposal, None)
+    form = ProposalForm(request.POST, instance=Proposal.objects.get(pk=pk))
+    if not form.is_valid():
+        return _form_page(request, form, proposal, None)
+    if "preview" in request.POST:
+        return _form_page(request, form, proposal, _preview(form))
+    try:
+        with transaction.atomic():
+            services.proposal_update(
+                proposal_id=pk,
+                actor=request.user,
+                data=form.service_data(),
+                labels=form.cleaned_data["labels"],
+                door=Door.WEB,
+            )
+            if "submit" in request.POST:
+                services.proposal_transition(proposal_id=pk, action="submit", actor=request.user)
+    except ValidationError as exc:
+        _apply_errors(form, exc)
+        return _form_page(request, form, proposal, None)
+    except DomainError as exc:
+        return refusal(request, exc)
+    messages.success(request, "Proposal saved.")
+    return redirect(proposal)
+
+
+@require_POST
+@login_required
+def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    if action not in services.TRANSITIONS:
+        raise Http404("No such action.")
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        return refusal(request, ValidationError(form.errors.as_data().get("reason", ["Invalid input."])))
+    try:
+        services.proposal_transition(
+            proposal_id=get_object_or_404(Proposal, pk=pk).pk,
+            action=action,
+            actor=request.user,
+            door=Door.WEB,
+            reason=form.cleaned_data["reason"],
+            git_ref=form.cleaned_data["git_ref"],
+        )
+    except (DomainError, ValidationError) as exc:
+        return refusal(request, exc)
+    messages.success(request, f"Done: {TRANSITION_LABELS[action].lower()}.")
+    return redirect("proposals:detail", pk=pk)
+
+
+@require_POST
+@login_required
+def review_submit(request: HttpRequest, pk: int) -> HttpResponse:
+    proposal = get_object_or_404(Proposal, pk=pk)
+    form = ReviewForm(request.POST)
+    if not form.is_valid():
+        return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
+    try:
+        services.review_submit(
+            proposal_id=proposal.pk,
+            reviewer=request.user,
+            score=form.cleaned_data["score"],
+            recommendation=form.cleaned_data["recommendation"],
+            text=form.cleaned_data["text"],
+            door=Door.WEB,
+        )
+    except (DomainError, ValidationError) as exc:
+        return refusal(request, exc)
+    messages.success(request, "Review saved.")
+    return redirect(proposal)
+
+
+@require_POST
+@login_required
+def comment_create(request: HttpRequest, pk: int) -> HttpResponse:
+    proposal = get_object_or_404(Proposal, pk=pk)
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
+    try:
+        comment = services.comment_create(
+            proposal_id=proposal.pk, author=request.user, body=form.cleaned_data["body"], door=Door.WEB
+        )
+    except (DomainError, ValidationError) as exc:
+        return refusal(request, exc)
+    return redirect(f"{proposal.get_absolute_url()}#comment-{comment.pk}")
+
+
+@require_POST
+@login_required
+def outcome_record(request: HttpRequest, pk: int) -> HttpResponse:
+    proposal = get_object_or_404(Proposal, pk=pk)
+    form = OutcomeForm(request.POST)
+    if not form.is_valid():
+        return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
+    try:
+        services.proposal_record_outcome(proposal_id=proposal.pk, actor=request.user, door=Door.WEB, **form.cleaned_data)
+    except (DomainError, ValidationError) as exc:
+        return refusal(request, exc)
+    messages.success(request, "Outcome recorded.")
+    return redirect(proposal)
+
+
+@login_required
+def review_queue(request: HttpRequest) -> HttpResponse:
+    if not request.user.has_perm(perms.VIEW_REVIEW_QUEUE):
+        return refusal(request, DomainError("The review queue is for reviewers and maintainers."), 403)
+    page = Paginator(selectors.review_queue(reviewer=request.user), 25).get_page(request.GET.get("page"))
+    return render(request, "proposals/review_queue.html", {"page": page})

@@ -1,0 +1,132 @@
+"""API representations of recipes and plans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+from runs.models import Plan, Recipe
+from runs.plans import Plan as PlanPreview
+
+
+class RecipeSerializer(serializers.ModelSerializer):
+    url = serializers.HyperlinkedIdentityField(view_name="recipe-detail")
+
+    class Meta:
+        model = Recipe
+        fields = [
+            "id",
+            "url",
+            "name",
+            "version",
+            "title",
+            "description",
+            "command_template",
+            "default_config",
+            "parameter_schema",
+            "compute_model",
+            "scales",
+            "is_active",
+            "created_at",
+            "updated_at",
+        ]
+        read_only_fields = ["id", "created_at", "updated_at"]
+
+
+class PlanPreviewRequestSerializer(serializers.Serializer):
+    recipe = serializers.PrimaryKeyRelatedField(queryset=Recipe.objects.all())
+    baseline = serializers.DictField(required=False, default=dict)
+    ablation_spec = serializers.CharField(required=False, allow_blank=True, default="", max_length=64 * 1024 + 1)
+    budget_accelerator_hours = serializers.FloatField(required=False, allow_null=True, min_value=0)
+
+
+class PlanEntrySerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    scale = serializers.CharField()
+    seed = serializers.IntegerField(allow_null=True)
+    overrides = serializers.DictField()
+    config = serializers.DictField()
+    config_hash = serializers.CharField()
+    is_baseline = serializers.BooleanField()
+    diff = serializers.DictField()
+    flops = serializers.FloatField()
+    accelerator_hours = serializers.FloatField()
+    cost_formula = serializers.CharField()
+
+
+class PlanSerializer(serializers.Serializer):
+    frozen = serializers.BooleanField()
+    frozen_at = serializers.DateTimeField(allow_null=True)
+    recipe = serializers.DictField()
+    baseline = serializers.DictField()
+    axes = serializers.ListField(child=serializers.CharField())
+    run_count = serializers.IntegerField()
+    total_flops = serializers.FloatField()
+    total_accelerator_hours = serializers.FloatField()
+    budget_accelerator_hours = serializers.FloatField(allow_null=True)
+    over_budget = serializers.BooleanField()
+    runs = PlanEntrySerializer(many=True)
+
+
+def plan_data(plan: PlanPreview | Plan) -> dict[str, Any]:
+    """One JSON shape for a live preview and a frozen plan."""
+    if isinstance(plan, Plan):
+        entries = [
+            {
+                "index": e.index,
+                "scale": e.scale,
+                "seed": e.seed,
+                "overrides": e.overrides,
+                "config": e.config,
+                "config_hash": e.config_hash,
+                "is_baseline": e.is_baseline,
+                "diff": e.diff,
+                "flops": e.flops,
+                "accelerator_hours": e.accelerator_hours,
+                "cost_formula": e.cost_formula,
+            }
+            for e in plan.entries.order_by("index")
+        ]
+        snapshot = plan.recipe_snapshot
+        return {
+            "frozen": True,
+            "frozen_at": plan.frozen_at,
+            "recipe": {"id": plan.recipe_id, "name": snapshot["name"], "version": snapshot["version"]},
+            "baseline": plan.baseline,
+            "axes": list((plan.spec or {}).get("axes", {})),
+            "run_count": plan.run_count,
+            "total_flops": plan.total_flops,
+            "total_accelerator_hours": plan.total_accelerator_hours,
+            "budget_accelerator_hours": plan.budget_accelerator_hours,
+            "over_budget": plan.over_budget,
+            "runs": entries,
+        }
+    return {
+        "frozen": False,
+        "frozen_at": None,
+        "recipe": {"name": plan.recipe.name, "version": plan.recipe.version},
+        "baseline": plan.baseline,
+        "axes": plan.axis_names,
+        "run_count": plan.run_count,
+        "total_flops": plan.total_flops,
+        "total_accelerator_hours": plan.total_accelerator_hours,
+        "budget_accelerator_hours": plan.budget_accelerator_hours,
+        "over_budget": plan.over_budget,
+        "runs": [
+            {
+                "index": p.index,
+                "scale": p.scale,
+                "seed": p.seed,
+                "overrides": p.overrides,
+                "config": p.config,
+                "config_hash": p.config_hash,
+                "is_baseline": p.is_baseline,
+                "diff": p.diff,
+                "flops": p.cost.flops,
+                "accelerator_hours": p.cost.accelerator_hours,
+                "cost_formula": p.cost.formula,
+            }
+            for p in plan.points
+        ],
+    }

@@ -1,0 +1,161 @@
+"""Writes for recipes and plans. Business rules live here, not in views or serializers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jsonschema
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from runs.compute import FormulaError, run_cost, validate_compute_model
+from runs.models import Plan, PlanEntry, Recipe
+from runs.plans import Plan as PlanPreview
+from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok
+
+RECIPE_FIELDS = (
+    "name",
+    "version",
+    "title",
+    "description",
+    "command_template",
+    "default_config",
+    "parameter_schema",
+    "compute_model",
+    "scales",
+    "is_active",
+)
+
+
+def recipe_validate(*, data: dict[str, Any]) -> None:
+    """Check a recipe's schema, defaults, scales and compute model; raise ValidationError."""
+    errors: dict[str, list[str]] = {}
+    schema = data.get("parameter_schema")
+    if not isinstance(schema, dict):
+        errors["parameter_schema"] = ["must be a JSON object (a JSON Schema)"]
+    else:
+        try:
+            jsonschema.Draft202012Validator.check_schema(schema)
+        except jsonschema.SchemaError as exc:
+            errors["parameter_schema"] = [f"is not a valid JSON Schema: {exc.message}"]
+        if not isinstance(schema.get("properties"), dict):
+            errors.setdefault("parameter_schema", []).append(
+                "must declare the overridable parameters under 'properties'"
+            )
+    default_config = data.get("default_config")
+    if not isinstance(default_config, dict):
+        errors["default_config"] = ["must be a JSON object"]
+    scales = data.get("scales") or {}
+    if not isinstance(scales, dict) or not all(
+        isinstance(v, dict) and slug_ok(k) for k, v in scales.items()
+    ):
+        errors["scales"] = ["must map scale names (lowercase, digits, '-') to config overrides"]
+    compute_errors = validate_compute_model(data.get("compute_model"))
+    if compute_errors:
+        errors["compute_model"] = compute_errors
+    if errors:
+        raise ValidationError(errors)
+    assert isinstance(schema, dict) and isinstance(default_config, dict)
+    declared = {k: v for k, v in default_config.items() if k in schema["properties"]}
+    validator = jsonschema.Draft202012Validator({**schema, "required": []})
+    problems = [
+        f"'{'.'.join(map(str, e.absolute_path))}': {e.message}"
+        for e in validator.iter_errors(declared)
+    ]
+    if problems:
+        raise ValidationError({"default_config": problems})
+    for scale, overrides in {"": {}, **scales}.items():
+        try:
+            run_cost(data["compute_model"], {**default_config, **overrides})
+        except FormulaError as exc:
+            where = f" at scale '{scale}'" if scale else ""
+            raise ValidationError({"compute_model": [f"{exc}{where}"]}) from exc
+
+
+@transaction.atomic
+def recipe_create(*, actor: AbstractBaseUser | AnonymousUser | None, data: dict[str, Any]) -> Recipe:
+    recipe_validate(data=data)
+    recipe = Recipe(**{k: v for k, v in data.items() if k in RECIPE_FIELDS})
+    recipe.created_by = actor if isinstance(actor, AbstractBaseUser) else None  # type: ignore[assignment]
+    recipe.full_clean()
+    recipe.save()
+    return recipe
+
+
+@transaction.atomic
+def recipe_update(*, recipe: Recipe, data: dict[str, Any]) -> Recipe:
+    """Edit a recipe in place. Frozen plans keep their own snapshot, so nothing moves under them."""
+    merged = {field: getattr(recipe, field) for field in RECIPE_FIELDS} | data
+    recipe_validate(data=merged)
+    for field in RECIPE_FIELDS:
+        setattr(recipe, field, merged[field])
+    recipe.full_clean()
+    recipe.save()
+    return recipe
+
+
+def plan_build(
+    *,
+    recipe: Recipe | RecipeSpec,
+    baseline: dict[str, Any],
+    spec_text: str,
+    budget_accelerator_hours: float | None,
+) -> PlanPreview:
+    """Expand and price a plan without storing it; errors as a ValidationError by field."""
+    spec = recipe.as_spec() if isinstance(recipe, Recipe) else recipe
+    try:
+        return build_plan(
+            recipe=spec,
+            baseline=baseline,
+            spec_text=spec_text,
+            budget_accelerator_hours=budget_accelerator_hours,
+        )
+    except PlanError as exc:
+        raise ValidationError(exc.errors) from exc
+
+
+@transaction.atomic
+def plan_freeze(
+    *,
+    recipe: Recipe,
+    baseline: dict[str, Any],
+    spec_text: str,
+    budget_accelerator_hours: float | None,
+) -> Plan:
+    """Store the plan as it stands now; later edits to the recipe do not change it."""
+    preview = plan_build(
+        recipe=recipe,
+        baseline=baseline,
+        spec_text=spec_text,
+        budget_accelerator_hours=budget_accelerator_hours,
+    )
+    plan = Plan.objects.create(
+        recipe=recipe,
+        recipe_snapshot=preview.recipe.as_snapshot(),
+        baseline=preview.baseline,
+        spec_text=spec_text,
+        spec={"axes": preview.spec.axes, "scales": preview.spec.scales, "seeds": preview.spec.seeds},
+        budget_accelerator_hours=budget_accelerator_hours,
+        run_count=preview.run_count,
+        total_flops=preview.total_flops,
+        total_accelerator_hours=preview.total_accelerator_hours,
+    )
+    PlanEntry.objects.bulk_create(
+        PlanEntry(
+            plan=plan,
+            index=point.index,
+            scale=point.scale,
+            seed=point.seed,
+            overrides=point.overrides,
+            config=point.config,
+            config_hash=point.config_hash,
+            is_baseline=point.is_baseline,
+            diff=point.diff,
+            flops=point.cost.flops,
+            accelerator_hours=point.cost.accelerator_hours,
+            cost_formula=point.cost.formula,
+        )
+        for point in preview.points
+    )
+    return plan

@@ -1,0 +1,82 @@
+"""Web doors for recipes: public pages, and a form for maintainers."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+
+from runs import selectors, services
+from runs.models import Recipe
+
+MANAGE_RECIPES = "runs.manage_recipe"
+JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales")
+
+
+class RecipeForm(forms.ModelForm):
+    class Meta:
+        model = Recipe
+        fields = ["name", "version", "title", "description", "command_template", *JSON_FIELDS, "is_active"]
+        widgets = {field: forms.Textarea(attrs={"rows": 8, "class": "mono"}) for field in JSON_FIELDS}
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for field in JSON_FIELDS:
+            self.fields[field].encoder = None  # type: ignore[attr-defined]
+
+
+def recipe_list(request: HttpRequest) -> HttpResponse:
+    recipes = selectors.recipe_list(include_inactive=True)
+    return render(request, "runs/recipe_list.html", {"recipes": recipes})
+
+
+def recipe_detail(request: HttpRequest, name: str, version: str) -> HttpResponse:
+    recipe = get_object_or_404(Recipe, name=name, version=version)
+    return render(
+        request,
+        "runs/recipe_detail.html",
+        {
+            "recipe": recipe,
+            "default_config": json.dumps(recipe.default_config, indent=2),
+            "compute_model": json.dumps(recipe.compute_model, indent=2),
+            "scales": json.dumps(recipe.scales, indent=2),
+            "can_manage": request.user.has_perm(MANAGE_RECIPES),
+        },
+    )
+
+
+def _save(request: HttpRequest, recipe: Recipe | None) -> HttpResponse:
+    if not request.user.has_perm(MANAGE_RECIPES):
+        raise PermissionDenied("Only maintainers manage recipes.")
+    form = RecipeForm(request.POST or None, instance=recipe)
+    if request.method == "POST" and form.is_valid():
+        data = {field: form.cleaned_data[field] for field in form.Meta.fields}
+        try:
+            if recipe is None:
+                saved = services.recipe_create(actor=request.user, data=data)
+            else:
+                saved = services.recipe_update(recipe=Recipe.objects.get(pk=recipe.pk), data=data)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            messages.success(request, f"Recipe {saved} saved.")
+            return redirect(saved)
+    status = 400 if form.is_bound and form.errors else 200
+    return render(request, "runs/recipe_form.html", {"form": form, "recipe": recipe}, status=status)
+
+
+@login_required
+def recipe_create(request: HttpRequest) -> HttpResponse:
+    return _save(request, None)
+
+
+@login_required
+def recipe_edit(request: HttpRequest, name: str, version: str) -> HttpResponse:
+    return _save(request, get_object_or_404(Recipe, name=name, version=version))

@@ -1,0 +1,49 @@
+"""Shared fixtures: users in each role, the tiny recipe, API clients."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.factories import ProposalFactory, RecipeFactory, UserFactory
+
+
+@pytest.fixture
+def recipe() -> Any:
+    return RecipeFactory()
+
+
+@pytest.fixture
+def contributor() -> Any:
+    return UserFactory(username="carla", roles=["contributor"])
+
+
+@pytest.fixture
+def reviewer() -> Any:
+    return UserFactory(username="rita", roles=["reviewer"])
+
+
+@pytest.fixture
+def maintainer() -> Any:
+    return UserFactory(username="max", roles=["maintainer"])
+
+
+@pytest.fixture
+def proposal(contributor: Any, recipe: Any) -> Any:
+    return ProposalFactory(author=contributor, recipe=recipe)
+
+
+@pytest.fixture
+def api() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def api_as(api: APIClient) -> Any:
+    def login(user: Any) -> APIClient:
+        api.force_authenticate(user)
+        return api
+
+    return login
