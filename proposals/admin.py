@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db import models
 
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
 
@@ -15,6 +16,7 @@ class ProposalAdmin(admin.ModelAdmin):
     search_fields = ["title", "summary", "hypothesis"]
     raw_id_fields = ["author", "plan"]
     inlines = [ReviewInline]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
 
 @admin.register(Review)

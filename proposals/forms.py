@@ -43,6 +43,11 @@ class ProposalForm(forms.ModelForm):
         help_text="Overrides of the recipe's defaults that every run shares, as YAML or JSON.",
         max_length=64 * 1024,
     )
+    pr_url = forms.URLField(label="Pull request", required=False, max_length=500, assume_scheme="https")
+    wandb_url = forms.URLField(label="W&B report", required=False, max_length=500, assume_scheme="https")
+    data_browser_url = forms.URLField(
+        label="Data browser", required=False, max_length=500, assume_scheme="https"
+    )
     labels = forms.CharField(
         required=False,
         max_length=1100,

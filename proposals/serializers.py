@@ -19,6 +19,13 @@ class SuccessCriteriaSerializer(serializers.Serializer):
     threshold = serializers.FloatField(allow_null=True)
 
 
+class LabelsField(serializers.ListField):
+    """Label names in and out; stored as Label rows (prefetched by the selectors)."""
+
+    def to_representation(self, data: Any) -> list[str]:
+        return [label.name for label in data.all()]
+
+
 class ProposalSerializer(serializers.ModelSerializer):
     """What the API shows of a proposal (and accepts, for the writable fields)."""
 
@@ -28,9 +35,7 @@ class ProposalSerializer(serializers.ModelSerializer):
     recipe_name = serializers.CharField(source="recipe.name", read_only=True)
     recipe_version = serializers.CharField(source="recipe.version", read_only=True)
     author = serializers.CharField(source="author.username", read_only=True)
-    labels = serializers.ListField(
-        child=serializers.CharField(max_length=50), max_length=20, required=False
-    )
+    labels = LabelsField(child=serializers.CharField(max_length=50), max_length=20, required=False)
     description_html = serializers.SerializerMethodField()
     baseline = serializers.DictField(required=False)
     review_count = serializers.IntegerField(read_only=True, required=False)
@@ -104,11 +109,6 @@ class ProposalSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.CharField())
     def get_description_html(self, obj: Proposal) -> str:
         return str(render_markdown(obj.description))
-
-    def to_representation(self, instance: Proposal) -> dict[str, Any]:
-        data = super().to_representation(instance)
-        data["labels"] = [label.name for label in instance.labels.all()]
-        return data
 
 
 class TransitionSerializer(serializers.Serializer):

@@ -47,3 +47,13 @@ def api_as(api: APIClient) -> Any:
         return api
 
     return login
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _fast_password_hashing() -> None:
+    """Real hashers cost ~0.3 s a user by design; tests need many users, not security."""
+    from django.conf import settings
+    from django.contrib.auth.hashers import get_hashers
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    get_hashers.cache_clear()

@@ -1,0 +1,263 @@
+"""Fill an empty site with demo accounts, recipes and a dozen proposals in every state.
+
+Everything goes through the services, so the demo timeline reads like a real one.
+Running it again changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
+from django.core.management.base import BaseCommand
+from django.db import transaction
+
+from proposals import services
+from proposals.models import Door, Proposal
+from proposals.permissions import ROLES
+from runs.demo_recipes import DEMO_RECIPES
+from runs.models import Recipe
+from runs.services import recipe_create
+
+DEMO_PASSWORD = "marin-demo"  # noqa: S105 (demo accounts, printed on purpose)
+DEMO_USERS = [("carla", "contributor"), ("rita", "reviewer"), ("max", "maintainer")]
+
+SPEC_CF = """axes:
+  capacity_factor: [1.0, 1.25]
+  weight_decay: [0.0, 0.1]
+scales: [small]
+seeds: [0]
+"""
+
+
+def _demo_proposals() -> list[dict[str, Any]]:
+    return [
+        {
+            "title": "Top-2 routing for the tiny MoE",
+            "summary": "Does routing each token to two experts beat top-1 at equal compute?",
+            "hypothesis": "Top-2 routing lowers eval loss by at least 0.02 at the small scale.",
+            "recipe": "tiny-moe",
+            "spec": "axes:\n  top_k: [1, 2]\nseeds: [0, 1]\n",
+            "labels": ["moe", "routing"],
+            "path": [],
+        },
+        {
+            "title": "Higher capacity factor lowers the drop fraction",
+            "summary": "Capacity factor 1.25 vs 1.0, with and without weight decay.",
+            "hypothesis": (
+                "A higher capacity factor lowers the MoE drop fraction without hurting eval loss."
+            ),
+            "recipe": "tiny-moe",
+            "spec": SPEC_CF,
+            "labels": ["moe", "capacity"],
+            "path": ["submit"],
+            "reviews": [("rita", 4, "approve", "Clear hypothesis; the plan is cheap.")],
+        },
+        {
+            "title": "More code in the data mix",
+            "summary": "Raise the code share from 0.3 to 0.5 and see what happens to eval loss.",
+            "hypothesis": "A 0.5 code share lowers eval loss on code without hurting web text.",
+            "recipe": "tiny-moe",
+            "spec": (
+                "axes:\n  data_mix:\n    - {web: 0.6, code: 0.3, math: 0.1}\n"
+                "    - {web: 0.4, code: 0.5, math: 0.1}\n"
+            ),
+            "labels": ["data-mix"],
+            "path": ["submit"],
+        },
+        {
+            "title": "Weight decay sweep at three scales",
+            "summary": "Weight decay 0, 0.05 and 0.1 on a small scaling ladder.",
+            "hypothesis": "Weight decay 0.1 helps more at larger scales.",
+            "recipe": "tiny-moe",
+            "spec": "axes:\n  weight_decay: [0.0, 0.05, 0.1]\nscales: [small, medium, large]\n",
+            "labels": ["optimizer", "scaling"],
+            "path": ["submit", ("request_changes", "rita", "Add seeds: one seed per point is noise.")],
+            "reviews": [("rita", 2, "request_changes", "Needs at least two seeds.")],
+        },
+        {
+            "title": "z-loss at the 8B scale",
+            "summary": "Does z-loss 1e-4 stabilise the 8B MoE router?",
+            "hypothesis": "z-loss 1e-4 removes the loss spikes seen at 8B without slowing training.",
+            "recipe": "marin-moe",
+            "spec": "axes:\n  z_loss: [0.0, 0.0001]\nscales: [8b]\n",
+            "labels": ["moe", "stability"],
+            "path": ["submit", "approve"],
+            "reviews": [("rita", 5, "approve", "Important for the 535B run.")],
+        },
+        {
+            "title": "Capacity factor 1.25 at 1B",
+            "summary": "The capacity factor result, replicated at the 1B scale.",
+            "hypothesis": "Capacity factor 1.25 lowers drop fraction and eval loss at 1B.",
+            "recipe": "marin-moe",
+            "spec": "axes:\n  capacity_factor: [1.0, 1.25]\nscales: [1b]\nseeds: [0, 1]\n",
+            "labels": ["moe", "capacity"],
+            "path": ["submit", "approve"],
+            "outcome": ("worked", "replicated", "Eval loss fell by 0.021 with both seeds."),
+        },
+        {
+            "title": "Eight experts instead of four",
+            "summary": "More experts at equal active parameters.",
+            "hypothesis": "Eight experts lower eval loss by 0.03 at equal active compute.",
+            "recipe": "tiny-moe",
+            "spec": "axes:\n  num_experts: [4, 8]\nseeds: [0, 1]\n",
+            "labels": ["moe"],
+            "path": ["submit", "approve"],
+            "outcome": (
+                "did_not_work",
+                "replicated",
+                "No difference beyond seed noise (0.004); the router collapsed onto 3 experts.",
+            ),
+        },
+        {
+            "title": "No learning-rate warmup",
+            "summary": "Drop warmup entirely at 1B.",
+            "hypothesis": "Warmup is unnecessary with z-loss; removing it changes nothing.",
+            "recipe": "marin-moe",
+            "spec": "axes:\n  warmup_fraction: [0.0, 0.01]\nscales: [1b]\n",
+            "labels": ["optimizer", "stability"],
+            "path": ["submit", "approve"],
+            "outcome": (
+                "did_not_work",
+                "exploratory",
+                "Diverged at step 1,200 without warmup. **Keep warmup.**",
+            ),
+        },
+        {
+            "title": "Learning rate 2x at the small scale",
+            "summary": "Is the default learning rate too low?",
+            "hypothesis": "Doubling the learning rate lowers final loss by 0.01.",
+            "recipe": "tiny-moe",
+            "spec": "axes:\n  learning_rate: [0.003, 0.006]\n",
+            "labels": ["optimizer"],
+            "path": ["submit", "approve"],
+            "outcome": ("inconclusive", "exploratory", "Within noise; needs more seeds."),
+        },
+        {
+            "title": "Math-heavy mix",
+            "summary": "A 30% math share.",
+            "hypothesis": "A 30% math share improves math eval loss by 0.05.",
+            "recipe": "tiny-moe",
+            "spec": "axes:\n  data_mix:\n    - {web: 0.5, code: 0.2, math: 0.3}\n",
+            "labels": ["data-mix"],
+            "path": ["submit", "approve"],
+            "outcome": ("promising", "exploratory", "Math loss down 0.04; web loss up 0.01."),
+        },
+        {
+            "title": "Train the 23B model on 2x tokens",
+            "summary": "Overtrain the full model to 920B tokens.",
+            "hypothesis": "Twice the tokens lowers final loss by 0.05.",
+            "recipe": "marin-moe",
+            "spec": "axes:\n  tokens_b: [920]\nscales: [23b]\n",
+            "labels": ["scaling"],
+            "path": ["submit", ("reject", "max", "Over the quarter's budget; try at 8B first.")],
+        },
+        {
+            "title": "Top-4 routing at 1B",
+            "summary": "Withdrawn: superseded by the top-2 proposal.",
+            "hypothesis": "Top-4 routing beats top-2 at 1B.",
+            "recipe": "marin-moe",
+            "spec": "axes:\n  top_k: [2, 4]\nscales: [1b]\n",
+            "labels": ["moe", "routing"],
+            "path": ["submit", "withdraw"],
+        },
+        {
+            "title": "Seed variance of the baseline",
+            "summary": "Three seeds of the baseline, to know what noise looks like.",
+            "hypothesis": "Seed-to-seed spread of eval loss is under 0.005.",
+            "recipe": "tiny-moe",
+            "spec": "seeds: [0, 1, 2]\n",
+            "labels": ["baseline"],
+            "path": ["submit", "approve", "cancel"],
+            "outcome": ("not_evaluated", "exploratory", "Canceled when the cluster was needed."),
+        },
+    ]
+
+
+class Command(BaseCommand):
+    help = "Create demo accounts, recipes and proposals in every state (idempotent)."
+
+    @transaction.atomic
+    def handle(self, *args: Any, **options: Any) -> None:
+        user_model = get_user_model()
+        groups = {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}
+        users = {}
+        for username, role in DEMO_USERS:
+            user, created = user_model.objects.get_or_create(
+                username=username, defaults={"email": f"{username}@example.org"}
+            )
+            if created:
+                user.set_password(DEMO_PASSWORD)
+                user.save()
+            user.groups.add(groups[role])
+            users[username] = user
+        recipes = {}
+        for data in DEMO_RECIPES:
+            recipe = Recipe.objects.filter(name=data["name"], version=data["version"]).first()
+            recipes[data["name"]] = recipe or recipe_create(actor=users["max"], data=dict(data))
+
+        if Proposal.objects.exists():
+            self.stdout.write(
+                f"The site already has {Proposal.objects.count()} proposals; none added."
+            )
+        else:
+            for item in _demo_proposals():
+                self._create(item, users, recipes)
+            self.stdout.write(f"Added {Proposal.objects.count()} demo proposals.")
+        self.stdout.write(
+            "Demo accounts (password '%s'): %s"
+            % (DEMO_PASSWORD, ", ".join(f"{u} ({r})" for u, r in DEMO_USERS))
+        )
+
+    def _create(self, item: dict[str, Any], users: dict[str, Any], recipes: dict[str, Any]) -> None:
+        author = users["carla"]
+        proposal = services.proposal_create(
+            author=author,
+            data={
+                "title": item["title"],
+                "summary": item["summary"],
+                "description": f"{item['summary']}\n\nSee the plan below for every run.",
+                "hypothesis": item["hypothesis"],
+                "success_metric": "eval/loss",
+                "success_direction": "lower",
+                "success_threshold": 0.01,
+                "recipe": recipes[item["recipe"]],
+                "ablation_spec": item["spec"],
+                "budget_accelerator_hours": 50_000.0 if item["recipe"] == "marin-moe" else 1.0,
+            },
+            labels=item["labels"],
+            door=Door.SYSTEM,
+        )
+        for step in item["path"]:
+            action, actor_name, reason = step if isinstance(step, tuple) else (step, None, "")
+            if actor_name:
+                actor = users[actor_name]
+            else:
+                actor = author if action in {"submit", "withdraw"} else users["max"]
+            services.proposal_transition(
+                proposal_id=proposal.pk, action=action, actor=actor, reason=reason
+            )
+            if action == "submit":  # reviews arrive while the proposal is submitted
+                for reviewer, score, recommendation, text in item.get("reviews", []):
+                    services.review_submit(
+                        proposal_id=proposal.pk,
+                        reviewer=users[reviewer],
+                        score=score,
+                        recommendation=recommendation,
+                        text=text,
+                    )
+        if "outcome" in item:
+            outcome, confidence, conclusion = item["outcome"]
+            services.proposal_record_outcome(
+                proposal_id=proposal.pk,
+                actor=users["max"],
+                outcome=outcome,
+                confidence=confidence,
+                conclusion=conclusion,
+            )
+        services.comment_create(
+            proposal_id=proposal.pk,
+            author=users["rita"],
+            body="What does the baseline's drop fraction look like at this scale?",
+        )

@@ -1,0 +1,33 @@
+"""The demo data command: every state, failures included, and safe to run twice."""
+
+from __future__ import annotations
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+from proposals.models import Outcome, Proposal, State
+
+pytestmark = pytest.mark.django_db
+
+
+def test_seed_demo_fills_every_state_and_is_idempotent() -> None:
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    assert set(Proposal.objects.values_list("state", flat=True)) == set(State.values)
+    assert Proposal.objects.filter(outcome=Outcome.DID_NOT_WORK).count() >= 2
+    assert Proposal.objects.count() >= 12
+    approved = Proposal.objects.filter(state=State.APPROVED)
+    assert all(p.plan_id for p in approved)
+    users = get_user_model().objects
+    assert set(users.get(username="max").groups.values_list("name", flat=True)) == {"maintainer"}
+    assert users.get(username="carla").check_password("marin-demo")
+    assert "carla (contributor)" in out.getvalue()
+
+    count = Proposal.objects.count()
+    again = StringIO()
+    call_command("seed_demo", stdout=again)
+    assert Proposal.objects.count() == count
+    assert "none added" in again.getvalue()

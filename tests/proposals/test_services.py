@@ -1,0 +1,391 @@
+"""Proposal services: every transition allowed and refused, reviews, amendments, outcomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
+from proposals import services
+from proposals.models import Amendment, Event, Proposal, Review, State
+from runs.models import Plan, PlanEntry
+from runs.services import recipe_update
+from tests.factories import ProposalFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def _data(recipe: Any, **overrides: Any) -> dict[str, Any]:
+    data = {
+        "title": "Capacity factor",
+        "summary": "Does a higher capacity factor help?",
+        "description": "Body",
+        "hypothesis": "It lowers the drop fraction.",
+        "success_metric": "eval/loss",
+        "success_direction": "lower",
+        "success_threshold": 0.01,
+        "recipe": recipe,
+        "baseline": {},
+        "ablation_spec": "axes:\n  capacity_factor: [1.0, 1.25]\n",
+        "budget_accelerator_hours": 1.0,
+    }
+    return data | overrides
+
+
+def _at(state: str, author: Any, recipe: Any) -> Proposal:
+    return ProposalFactory(author=author, recipe=recipe, state=state)
+
+
+def test_create_records_a_created_event(contributor: Any, recipe: Any) -> None:
+    proposal = services.proposal_create(
+        author=contributor, data=_data(recipe), labels=["MoE", "moe", " capacity "]
+    )
+    assert proposal.state == State.DRAFT
+    assert sorted(proposal.labels.values_list("name", flat=True)) == ["capacity", "moe"]
+    event = proposal.events.get()
+    assert (event.verb, event.to_state, event.actor) == ("created", "draft", contributor)
+
+
+def test_create_with_unknown_parameter_stores_nothing(contributor: Any, recipe: Any) -> None:
+    with pytest.raises(ValidationError) as caught:
+        services.proposal_create(
+            author=contributor,
+            data=_data(recipe, ablation_spec="axes:\n  capacity_factr: [1.0]\n"),
+            labels=["moe"],
+        )
+    assert "capacity_factr" in str(caught.value.message_dict["ablation_spec"])
+    assert Proposal.objects.count() == 0
+    assert Event.objects.count() == 0
+
+
+def test_create_with_bad_label_stores_nothing(contributor: Any, recipe: Any) -> None:
+    with pytest.raises(ValidationError) as caught:
+        services.proposal_create(author=contributor, data=_data(recipe), labels=["<script>"])
+    assert "labels" in caught.value.message_dict
+    assert Proposal.objects.count() == 0
+
+
+def test_anonymous_cannot_create(recipe: Any) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    with pytest.raises(ActionForbidden):
+        services.proposal_create(author=AnonymousUser(), data=_data(recipe))
+
+
+def test_submit_by_author(proposal: Proposal, contributor: Any) -> None:
+    result = services.proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
+    assert result.state == State.SUBMITTED
+    assert result.submitted_at is not None
+    event = result.events.get(verb="submitted")
+    assert (event.from_state, event.to_state, event.door) == ("draft", "submitted", "web")
+
+
+def test_submit_refused_for_someone_else(proposal: Proposal, reviewer: Any) -> None:
+    with pytest.raises(ActionForbidden):
+        services.proposal_transition(proposal_id=proposal.pk, action="submit", actor=reviewer)
+    proposal.refresh_from_db()
+    assert proposal.state == State.DRAFT
+
+
+def test_submit_refused_without_hypothesis(proposal: Proposal, contributor: Any) -> None:
+    Proposal.objects.filter(pk=proposal.pk).update(hypothesis="", success_threshold=None)
+    with pytest.raises(ValidationError) as caught:
+        services.proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
+    message = str(caught.value)
+    assert "hypothesis is empty" in message
+    assert "no threshold" in message
+    assert Proposal.objects.get(pk=proposal.pk).state == State.DRAFT
+
+
+def test_resubmit_after_changes_requested(contributor: Any, recipe: Any) -> None:
+    proposal = _at(State.CHANGES_REQUESTED, contributor, recipe)
+    result = services.proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
+    assert result.state == State.SUBMITTED
+
+
+def test_request_changes_by_reviewer_needs_reason(contributor: Any, reviewer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ValidationError):
+        services.proposal_transition(
+            proposal_id=proposal.pk, action="request_changes", actor=reviewer
+        )
+    result = services.proposal_transition(
+        proposal_id=proposal.pk, action="request_changes", actor=reviewer, reason="Add seeds."
+    )
+    assert (result.state, result.state_reason) == (State.CHANGES_REQUESTED, "Add seeds.")
+
+
+def test_request_changes_refused_for_contributor(contributor: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, UserFactory(), recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_transition(
+            proposal_id=proposal.pk, action="request_changes", actor=contributor, reason="x"
+        )
+
+
+def test_approve_by_maintainer_freezes_plan_and_preregistration(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    result = services.proposal_transition(
+        proposal_id=proposal.pk, action="approve", actor=maintainer, git_ref="abc123"
+    )
+    assert result.state == State.APPROVED
+    assert result.git_ref == "abc123"
+    assert result.approved_hypothesis == proposal.hypothesis
+    assert result.approved_criteria == {"metric": "eval/loss", "direction": "lower", "threshold": 0.01}
+    assert result.plan is not None
+    assert result.plan.run_count == 4 == result.plan.entries.count()
+
+
+def test_approve_refused_for_reviewer(contributor: Any, reviewer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=reviewer)
+    assert Plan.objects.count() == 0
+
+
+def test_approve_refused_from_draft_names_allowed_states(
+    proposal: Proposal, maintainer: Any
+) -> None:
+    with pytest.raises(TransitionNotAllowed) as caught:
+        services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    assert caught.value.allowed == ["submitted"]
+    assert "allowed from: submitted" in caught.value.message
+    assert Plan.objects.count() == 0
+
+
+def test_approving_twice_changes_nothing(contributor: Any, maintainer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    assert Plan.objects.count() == 1
+    assert proposal.events.filter(verb="approved").count() == 1
+
+
+def test_reject_by_maintainer_needs_reason(contributor: Any, maintainer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ValidationError):
+        services.proposal_transition(proposal_id=proposal.pk, action="reject", actor=maintainer)
+    result = services.proposal_transition(
+        proposal_id=proposal.pk, action="reject", actor=maintainer, reason="Out of budget."
+    )
+    assert result.state == State.REJECTED
+    assert result.decided_at is not None
+
+
+def test_reject_refused_for_author(contributor: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_transition(
+            proposal_id=proposal.pk, action="reject", actor=contributor, reason="x"
+        )
+
+
+@pytest.mark.parametrize(
+    "state", [State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED, State.APPROVED]
+)
+def test_withdraw_by_author_from_each_allowed_state(contributor: Any, recipe: Any, state: str) -> None:
+    proposal = _at(state, contributor, recipe)
+    result = services.proposal_transition(proposal_id=proposal.pk, action="withdraw", actor=contributor)
+    assert result.state == State.WITHDRAWN
+
+
+@pytest.mark.parametrize("state", [State.REJECTED, State.CANCELED])
+def test_withdraw_refused_from_final_states(contributor: Any, recipe: Any, state: str) -> None:
+    proposal = _at(state, contributor, recipe)
+    with pytest.raises(TransitionNotAllowed) as caught:
+        services.proposal_transition(proposal_id=proposal.pk, action="withdraw", actor=contributor)
+    assert set(caught.value.allowed) == {"approved", "changes_requested", "draft", "submitted"}
+
+
+def test_withdraw_refused_for_maintainer_who_is_not_author(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_transition(proposal_id=proposal.pk, action="withdraw", actor=maintainer)
+
+
+def test_cancel_by_maintainer(contributor: Any, maintainer: Any, recipe: Any) -> None:
+    proposal = _at(State.APPROVED, contributor, recipe)
+    result = services.proposal_transition(proposal_id=proposal.pk, action="cancel", actor=maintainer)
+    assert result.state == State.CANCELED
+
+
+def test_cancel_refused_for_author_and_from_submitted(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    approved = _at(State.APPROVED, contributor, recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_transition(proposal_id=approved.pk, action="cancel", actor=contributor)
+    submitted = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(TransitionNotAllowed):
+        services.proposal_transition(proposal_id=submitted.pk, action="cancel", actor=maintainer)
+
+
+def test_unknown_action_is_refused(proposal: Proposal, maintainer: Any) -> None:
+    with pytest.raises(DomainError):
+        services.proposal_transition(proposal_id=proposal.pk, action="explode", actor=maintainer)
+
+
+def test_review_by_reviewer_then_update(contributor: Any, reviewer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    services.review_submit(
+        proposal_id=proposal.pk, reviewer=reviewer, score=3, recommendation="approve", text="ok"
+    )
+    services.review_submit(
+        proposal_id=proposal.pk, reviewer=reviewer, score=5, recommendation="approve", text="great"
+    )
+    review = Review.objects.get()
+    assert (review.score, review.text) == (5, "great")
+    assert [e.verb for e in proposal.events.all()] == ["reviewed", "updated review"]
+
+
+def test_reviewer_never_reviews_own_proposal(reviewer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, reviewer, recipe)
+    with pytest.raises(ActionForbidden):
+        services.review_submit(
+            proposal_id=proposal.pk, reviewer=reviewer, score=5, recommendation="approve", text="!"
+        )
+    assert Review.objects.count() == 0
+
+
+def test_maintainer_never_reviews_own_proposal(maintainer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, maintainer, recipe)
+    with pytest.raises(ActionForbidden):
+        services.review_submit(
+            proposal_id=proposal.pk, reviewer=maintainer, score=5, recommendation="approve", text="!"
+        )
+
+
+def test_contributor_cannot_review(contributor: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, UserFactory(), recipe)
+    with pytest.raises(ActionForbidden):
+        services.review_submit(
+            proposal_id=proposal.pk, reviewer=contributor, score=5, recommendation="approve", text="x"
+        )
+
+
+@pytest.mark.parametrize("score", [0, 6])
+def test_review_score_outside_1_to_5_is_refused(
+    contributor: Any, reviewer: Any, recipe: Any, score: int
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ValidationError) as caught:
+        services.review_submit(
+            proposal_id=proposal.pk, reviewer=reviewer, score=score, recommendation="approve", text="x"
+        )
+    assert "score" in caught.value.message_dict
+    assert Review.objects.count() == 0
+
+
+def test_review_refused_on_draft(contributor: Any, reviewer: Any, recipe: Any) -> None:
+    proposal = _at(State.DRAFT, contributor, recipe)
+    with pytest.raises(TransitionNotAllowed):
+        services.review_submit(
+            proposal_id=proposal.pk, reviewer=reviewer, score=4, recommendation="approve", text="x"
+        )
+
+
+def test_edit_by_author_while_submitted(contributor: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    services.proposal_update(
+        proposal_id=proposal.pk, actor=contributor, data={"title": "New title"}, labels=["x"]
+    )
+    proposal.refresh_from_db()
+    assert proposal.title == "New title"
+    assert proposal.events.get().message == "Changed labels, title"
+
+
+def test_edit_refused_for_other_contributor(contributor: Any, recipe: Any) -> None:
+    proposal = _at(State.DRAFT, UserFactory(), recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_update(proposal_id=proposal.pk, actor=contributor, data={"title": "x"})
+
+
+def test_edit_refused_after_rejection(contributor: Any, recipe: Any) -> None:
+    proposal = _at(State.REJECTED, contributor, recipe)
+    with pytest.raises(TransitionNotAllowed):
+        services.proposal_update(proposal_id=proposal.pk, actor=contributor, data={"title": "x"})
+
+
+def test_after_approval_hypothesis_edits_become_amendments(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    services.proposal_update(
+        proposal_id=proposal.pk,
+        actor=contributor,
+        data={"hypothesis": "Revised after seeing the data.", "success_threshold": 0.05},
+    )
+    proposal.refresh_from_db()
+    assert proposal.approved_hypothesis.startswith("A higher capacity factor")
+    assert proposal.approved_criteria["threshold"] == 0.01
+    assert proposal.hypothesis == "Revised after seeing the data."
+    amendments = {a.field: (a.old_value, a.new_value) for a in Amendment.objects.all()}
+    assert amendments["success_threshold"] == ("0.01", "0.05")
+    assert amendments["hypothesis"][1] == "Revised after seeing the data."
+
+
+def test_after_approval_plan_fields_are_locked(contributor: Any, maintainer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    with pytest.raises(DomainError, match="ablation_spec"):
+        services.proposal_update(
+            proposal_id=proposal.pk, actor=contributor, data={"ablation_spec": "seeds: [1]"}
+        )
+
+
+def test_frozen_plan_survives_recipe_edit(contributor: Any, maintainer: Any, recipe: Any) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    approved = services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    hashes = list(PlanEntry.objects.order_by("index").values_list("config_hash", flat=True))
+    recipe_update(recipe=recipe, data={"default_config": {**recipe.default_config, "steps": 999}})
+    assert list(PlanEntry.objects.order_by("index").values_list("config_hash", flat=True)) == hashes
+    assert approved.plan is not None
+    approved.plan.refresh_from_db()
+    assert approved.plan.recipe_snapshot["default_config"]["steps"] == 200
+
+
+def test_outcome_recorded_by_maintainer(contributor: Any, maintainer: Any, recipe: Any) -> None:
+    proposal = _at(State.APPROVED, contributor, recipe)
+    result = services.proposal_record_outcome(
+        proposal_id=proposal.pk,
+        actor=maintainer,
+        outcome="did_not_work",
+        conclusion="No effect.",
+        confidence="exploratory",
+    )
+    assert result.outcome == "did_not_work"
+    event = result.events.get(verb="recorded outcome")
+    assert (event.from_state, event.to_state) == ("", "did_not_work")
+
+
+def test_outcome_refused_for_author_and_for_drafts(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    approved = _at(State.APPROVED, contributor, recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_record_outcome(
+            proposal_id=approved.pk, actor=contributor, outcome="worked", conclusion="", confidence="stable"
+        )
+    draft = _at(State.DRAFT, contributor, recipe)
+    with pytest.raises(TransitionNotAllowed):
+        services.proposal_record_outcome(
+            proposal_id=draft.pk, actor=maintainer, outcome="worked", conclusion="", confidence="stable"
+        )
+
+
+def test_comment_needs_a_body_and_an_account(proposal: Proposal, reviewer: Any) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    with pytest.raises(ValidationError):
+        services.comment_create(proposal_id=proposal.pk, author=reviewer, body="   ")
+    with pytest.raises(ActionForbidden):
+        services.comment_create(proposal_id=proposal.pk, author=AnonymousUser(), body="hi")
+    comment = services.comment_create(proposal_id=proposal.pk, author=reviewer, body="hi")
+    assert comment.author_label == "rita"
