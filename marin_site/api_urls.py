@@ -1,10 +1,10 @@
 """The REST API under /api/v1/."""
 
+from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from proposals.api import CommentViewSet, ProposalViewSet, ReviewViewSet
 from runs.api import PlanPreviewView, RecipeViewSet
-from django.urls import path
 
 router = DefaultRouter()
 router.register("proposals", ProposalViewSet, basename="proposal")

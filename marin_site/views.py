@@ -13,7 +13,7 @@ def _database() -> str | None:
     try:
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
-    except Exception as exc:  # noqa: BLE001 (any failure means unreachable)
+    except Exception as exc:
         return f"unreachable: {exc.__class__.__name__}: {exc}"
     return None
 
@@ -22,7 +22,7 @@ def _broker() -> str | None:
     try:
         with celery_app.connection_for_write() as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, timeout=2)
-    except Exception as exc:  # noqa: BLE001 (any failure means unreachable)
+    except Exception as exc:
         return f"unreachable: {exc.__class__.__name__}: {exc}"
     return None
 

@@ -14,7 +14,7 @@ from marin_site.api import HasNamedPermission
 from proposals import permissions as perms
 from proposals import selectors, services
 from proposals.filters import ProposalFilter
-from proposals.models import Comment, Door, Proposal, Review
+from proposals.models import Comment, Door, Review
 from proposals.serializers import (
     CommentSerializer,
     EventSerializer,
@@ -48,14 +48,14 @@ class ProposalViewSet(
     def get_queryset(self) -> Any:
         return selectors.proposal_list()
 
-    def perform_create(self, serializer: ProposalSerializer) -> None:
+    def perform_create(self, serializer: Any) -> None:
         data = dict(serializer.validated_data)
         labels = data.pop("labels", [])
         serializer.instance = services.proposal_create(
             author=self.request.user, data=data, labels=labels, door=Door.API
         )
 
-    def perform_update(self, serializer: ProposalSerializer) -> None:
+    def perform_update(self, serializer: Any) -> None:
         assert serializer.instance is not None
         data = dict(serializer.validated_data)
         labels = data.pop("labels", None)
@@ -189,8 +189,11 @@ class CommentViewSet(
     def get_queryset(self) -> Any:
         return Comment.objects.select_related("author").order_by("created_at", "id")
 
-    def perform_create(self, serializer: CommentSerializer) -> None:
+    def perform_create(self, serializer: Any) -> None:
         data = serializer.validated_data
         serializer.instance = services.comment_create(
-            proposal_id=data["proposal"].pk, author=self.request.user, body=data["body"], door=Door.API
+            proposal_id=data["proposal"].pk,
+            author=self.request.user,
+            body=data["body"],
+            door=Door.API,
         )

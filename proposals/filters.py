@@ -20,10 +20,14 @@ class ProposalFilter(django_filters.FilterSet):
         model = Proposal
         fields = ["state", "outcome", "label", "recipe", "author", "q"]
 
-    def filter_label(self, queryset: QuerySet[Proposal], name: str, value: str) -> QuerySet[Proposal]:
+    def filter_label(
+        self, queryset: QuerySet[Proposal], name: str, value: str
+    ) -> QuerySet[Proposal]:
         return queryset.filter(labels__name=value.strip().lower())
 
-    def filter_text(self, queryset: QuerySet[Proposal], name: str, value: str) -> QuerySet[Proposal]:
+    def filter_text(
+        self, queryset: QuerySet[Proposal], name: str, value: str
+    ) -> QuerySet[Proposal]:
         value = value.strip()[:200]
         return queryset.filter(
             Q(title__icontains=value) | Q(summary__icontains=value) | Q(hypothesis__icontains=value)

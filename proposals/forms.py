@@ -39,12 +39,18 @@ seeds: [0]"""
 class ProposalForm(forms.ModelForm):
     baseline = forms.CharField(
         required=False,
-        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "learning_rate: 0.003", "class": "mono"}),
+        widget=forms.Textarea(
+            attrs={"rows": 3, "placeholder": "learning_rate: 0.003", "class": "mono"}
+        ),
         help_text="Overrides of the recipe's defaults that every run shares, as YAML or JSON.",
         max_length=64 * 1024,
     )
-    pr_url = forms.URLField(label="Pull request", required=False, max_length=500, assume_scheme="https")
-    wandb_url = forms.URLField(label="W&B report", required=False, max_length=500, assume_scheme="https")
+    pr_url = forms.URLField(
+        label="Pull request", required=False, max_length=500, assume_scheme="https"
+    )
+    wandb_url = forms.URLField(
+        label="W&B report", required=False, max_length=500, assume_scheme="https"
+    )
     data_browser_url = forms.URLField(
         label="Data browser", required=False, max_length=500, assume_scheme="https"
     )
@@ -103,7 +109,9 @@ class ProposalForm(forms.ModelForm):
 
 
 class ReasonForm(forms.Form):
-    reason = forms.CharField(required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2}))
+    reason = forms.CharField(
+        required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2})
+    )
     git_ref = forms.CharField(required=False, max_length=255)
 
 

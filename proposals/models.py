@@ -169,7 +169,9 @@ class Review(models.Model):
     class Meta:
         ordering = ["created_at", "id"]
         constraints = [
-            models.UniqueConstraint(fields=["proposal", "reviewer"], name="one_review_per_reviewer"),
+            models.UniqueConstraint(
+                fields=["proposal", "reviewer"], name="one_review_per_reviewer"
+            ),
             models.CheckConstraint(
                 condition=models.Q(score__gte=1, score__lte=5), name="review_score_1_to_5"
             ),

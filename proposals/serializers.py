@@ -128,7 +128,16 @@ class ReviewSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Review
-        fields = ["id", "proposal", "reviewer", "score", "recommendation", "text", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "proposal",
+            "reviewer",
+            "score",
+            "recommendation",
+            "text",
+            "created_at",
+            "updated_at",
+        ]
         read_only_fields = ["id", "reviewer", "created_at", "updated_at"]
 
 

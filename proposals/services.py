@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -31,7 +31,7 @@ from proposals.models import (
 from runs.plans import Plan as PlanPreview
 from runs.services import plan_build, plan_freeze
 
-Actor = AbstractBaseUser | AnonymousUser
+Actor = User | AnonymousUser
 
 EDITABLE_STATES = {State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED}
 # After approval the plan is frozen: only these fields may still change (as amendments).
@@ -82,30 +82,45 @@ TRANSITIONS: dict[str, Transition] = {
     t.action: t
     for t in (
         Transition(
-            "submit", frozenset({State.DRAFT, State.CHANGES_REQUESTED}), State.SUBMITTED,
-            perms.SUBMIT, "submitted",
+            "submit",
+            frozenset({State.DRAFT, State.CHANGES_REQUESTED}),
+            State.SUBMITTED,
+            perms.SUBMIT,
+            "submitted",
         ),
         Transition(
-            "request_changes", frozenset({State.SUBMITTED}), State.CHANGES_REQUESTED,
-            perms.REQUEST_CHANGES, "changes requested", needs_reason=True,
+            "request_changes",
+            frozenset({State.SUBMITTED}),
+            State.CHANGES_REQUESTED,
+            perms.REQUEST_CHANGES,
+            "changes requested",
+            needs_reason=True,
         ),
-        Transition("approve", frozenset({State.SUBMITTED}), State.APPROVED, perms.APPROVE, "approved"),
         Transition(
-            "reject", frozenset({State.SUBMITTED}), State.REJECTED, perms.REJECT, "rejected",
+            "approve", frozenset({State.SUBMITTED}), State.APPROVED, perms.APPROVE, "approved"
+        ),
+        Transition(
+            "reject",
+            frozenset({State.SUBMITTED}),
+            State.REJECTED,
+            perms.REJECT,
+            "rejected",
             needs_reason=True,
         ),
         Transition(
             "withdraw",
             frozenset({State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED, State.APPROVED}),
-            State.WITHDRAWN, perms.WITHDRAW, "withdrew",
+            State.WITHDRAWN,
+            perms.WITHDRAW,
+            "withdrew",
         ),
         Transition("cancel", frozenset({State.APPROVED}), State.CANCELED, perms.CANCEL, "canceled"),
     )
 }
 
 
-def _user(actor: Actor | None) -> AbstractBaseUser | None:
-    return actor if isinstance(actor, AbstractBaseUser) and actor.is_authenticated else None
+def _user(actor: Actor | None) -> User | None:
+    return actor if isinstance(actor, User) and actor.is_authenticated else None
 
 
 def _require(actor: Actor | None, permission: str, proposal: Proposal | None, what: str) -> None:
@@ -192,7 +207,9 @@ def proposal_create(
 ) -> Proposal:
     """Create a draft (and submit it at once when ``submit``). Nothing is stored on error."""
     _require(author, perms.ADD, None, "propose an experiment")
-    proposal = Proposal(author=author, **{k: v for k, v in data.items() if k in PROPOSAL_FIELDS})
+    proposal = Proposal(
+        author=_user(author), **{k: v for k, v in data.items() if k in PROPOSAL_FIELDS}
+    )
     _clean(proposal)
     label_rows = _labels(labels)
     proposal.save()
@@ -216,9 +233,7 @@ def proposal_update(
     """Edit a proposal; after approval only amendable fields change, as dated amendments."""
     proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
     _require(actor, perms.CHANGE, proposal, "edit this proposal")
-    changes = {
-        k: v for k, v in data.items() if k in PROPOSAL_FIELDS and getattr(proposal, k) != v
-    }
+    changes = {k: v for k, v in data.items() if k in PROPOSAL_FIELDS and getattr(proposal, k) != v}
     if proposal.state == State.APPROVED:
         locked = sorted(set(changes) - AMENDABLE_FIELDS)
         if locked:
@@ -388,9 +403,7 @@ def review_submit(
 
 
 @transaction.atomic
-def comment_create(
-    *, proposal_id: int, author: Actor, body: str, door: str = Door.WEB
-) -> Comment:
+def comment_create(*, proposal_id: int, author: Actor, body: str, door: str = Door.WEB) -> Comment:
     proposal = Proposal.objects.get(pk=proposal_id)
     _require(author, perms.COMMENT, proposal, "comment")
     comment = Comment(proposal=proposal, author=_user(author), body=body)
@@ -428,7 +441,9 @@ def proposal_record_outcome(
     proposal.outcome, proposal.conclusion, proposal.confidence = outcome, conclusion, confidence
     proposal.concluded_at = timezone.now()
     proposal.full_clean(exclude=["author", "plan", "recipe"])
-    proposal.save(update_fields=["outcome", "conclusion", "confidence", "concluded_at", "updated_at"])
+    proposal.save(
+        update_fields=["outcome", "conclusion", "confidence", "concluded_at", "updated_at"]
+    )
     event_record(
         proposal=proposal,
         actor=actor,

@@ -10,7 +10,9 @@ urlpatterns = [
     path("proposals/review-queue/", views.review_queue, name="review-queue"),
     path("proposals/<int:pk>/", views.proposal_detail, name="detail"),
     path("proposals/<int:pk>/edit/", views.proposal_edit, name="edit"),
-    path("proposals/<int:pk>/transition/<str:action>/", views.proposal_transition, name="transition"),
+    path(
+        "proposals/<int:pk>/transition/<str:action>/", views.proposal_transition, name="transition"
+    ),
     path("proposals/<int:pk>/review/", views.review_submit, name="review"),
     path("proposals/<int:pk>/comment/", views.comment_create, name="comment"),
     path("proposals/<int:pk>/outcome/", views.outcome_record, name="outcome"),

@@ -32,7 +32,9 @@ TRANSITION_LABELS = {
 }
 
 
-def refusal(request: HttpRequest, error: DomainError | ValidationError, status: int | None = None) -> HttpResponse:
+def refusal(
+    request: HttpRequest, error: DomainError | ValidationError, status: int | None = None
+) -> HttpResponse:
     """A page that says what was refused and why, with the matching status code."""
     if isinstance(error, ValidationError):
         messages_list = error.messages
@@ -50,7 +52,9 @@ def refusal(request: HttpRequest, error: DomainError | ValidationError, status: 
 
 def proposal_list(request: HttpRequest) -> HttpResponse:
     filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_list())
-    queryset = filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_list()
+    queryset = (
+        filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_list()
+    )
     page = Paginator(queryset, 25).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -63,7 +67,10 @@ def proposal_list(request: HttpRequest) -> HttpResponse:
 
 def _plan_context(proposal: Proposal) -> dict[str, Any]:
     if proposal.plan is not None:
-        return {"frozen_plan": proposal.plan, "plan_entries": proposal.plan.entries.order_by("index")}
+        return {
+            "frozen_plan": proposal.plan,
+            "plan_entries": proposal.plan.entries.order_by("index"),
+        }
     try:
         return {"preview_plan": services.proposal_plan(proposal=proposal)}
     except ValidationError as exc:
@@ -108,7 +115,10 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 
 def _form_page(
-    request: HttpRequest, form: ProposalForm, proposal: Proposal | None, preview: dict[str, Any] | None
+    request: HttpRequest,
+    form: ProposalForm,
+    proposal: Proposal | None,
+    preview: dict[str, Any] | None,
 ) -> HttpResponse:
     return render(
         request,
@@ -139,7 +149,9 @@ def _preview(form: ProposalForm) -> dict[str, Any]:
 
 
 def _apply_errors(form: ProposalForm, exc: ValidationError) -> None:
-    for field, errors in (exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}).items():
+    for field, errors in (
+        exc.message_dict if hasattr(exc, "error_dict") else {"__all__": exc.messages}
+    ).items():
         form.add_error(field if field in form.fields else None, errors)
 
 
@@ -176,7 +188,9 @@ def proposal_create(request: HttpRequest) -> HttpResponse:
 def proposal_edit(request: HttpRequest, pk: int) -> HttpResponse:
     proposal = get_object_or_404(Proposal, pk=pk)
     if not request.user.has_perm(perms.CHANGE, proposal):
-        return refusal(request, DomainError("Only the author or a maintainer can edit this proposal."), 403)
+        return refusal(
+            request, DomainError("Only the author or a maintainer can edit this proposal."), 403
+        )
     if request.method != "POST":
         return _form_page(request, ProposalForm(instance=proposal), proposal, None)
     form = ProposalForm(request.POST, instance=Proposal.objects.get(pk=pk))
@@ -211,7 +225,9 @@ def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpRespo
         raise Http404("No such action.")
     form = ReasonForm(request.POST)
     if not form.is_valid():
-        return refusal(request, ValidationError(form.errors.as_data().get("reason", ["Invalid input."])))
+        return refusal(
+            request, ValidationError(form.errors.as_data().get("reason", ["Invalid input."]))
+        )
     try:
         services.proposal_transition(
             proposal_id=get_object_or_404(Proposal, pk=pk).pk,
@@ -258,7 +274,10 @@ def comment_create(request: HttpRequest, pk: int) -> HttpResponse:
         return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
     try:
         comment = services.comment_create(
-            proposal_id=proposal.pk, author=request.user, body=form.cleaned_data["body"], door=Door.WEB
+            proposal_id=proposal.pk,
+            author=request.user,
+            body=form.cleaned_data["body"],
+            door=Door.WEB,
         )
     except (DomainError, ValidationError) as exc:
         return refusal(request, exc)
@@ -273,7 +292,9 @@ def outcome_record(request: HttpRequest, pk: int) -> HttpResponse:
     if not form.is_valid():
         return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
     try:
-        services.proposal_record_outcome(proposal_id=proposal.pk, actor=request.user, door=Door.WEB, **form.cleaned_data)
+        services.proposal_record_outcome(
+            proposal_id=proposal.pk, actor=request.user, door=Door.WEB, **form.cleaned_data
+        )
     except (DomainError, ValidationError) as exc:
         return refusal(request, exc)
     messages.success(request, "Outcome recorded.")
@@ -283,6 +304,10 @@ def outcome_record(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def review_queue(request: HttpRequest) -> HttpResponse:
     if not request.user.has_perm(perms.VIEW_REVIEW_QUEUE):
-        return refusal(request, DomainError("The review queue is for reviewers and maintainers."), 403)
-    page = Paginator(selectors.review_queue(reviewer=request.user), 25).get_page(request.GET.get("page"))
+        return refusal(
+            request, DomainError("The review queue is for reviewers and maintainers."), 403
+        )
+    page = Paginator(selectors.review_queue(reviewer=request.user), 25).get_page(
+        request.GET.get("page")
+    )
     return render(request, "proposals/review_queue.html", {"page": page})

@@ -13,7 +13,7 @@ class RecipeAdmin(admin.ModelAdmin):
 class PlanEntryInline(admin.TabularInline):
     model = PlanEntry
     extra = 0
-    fields = ["index", "scale", "seed", "config_hash", "is_baseline", "flops", "accelerator_hours"]
+    fields = ("index", "scale", "seed", "config_hash", "is_baseline", "flops", "accelerator_hours")
     readonly_fields = fields
     can_delete = False
 

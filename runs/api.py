@@ -13,7 +13,6 @@ from rest_framework.views import APIView
 from marin_site.api import HasNamedPermission
 from proposals import permissions as perms
 from runs import selectors, services
-from runs.models import Recipe
 from runs.serializers import (
     PlanPreviewRequestSerializer,
     PlanSerializer,
@@ -39,12 +38,12 @@ class RecipeViewSet(
     def get_queryset(self) -> Any:
         return selectors.recipe_list(include_inactive=True).order_by("name", "-created_at")
 
-    def perform_create(self, serializer: RecipeSerializer) -> None:
+    def perform_create(self, serializer: Any) -> None:
         serializer.instance = services.recipe_create(
             actor=self.request.user, data=dict(serializer.validated_data)
         )
 
-    def perform_update(self, serializer: RecipeSerializer) -> None:
+    def perform_update(self, serializer: Any) -> None:
         assert serializer.instance is not None
         serializer.instance = services.recipe_update(
             recipe=serializer.instance, data=dict(serializer.validated_data)

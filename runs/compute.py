@@ -68,6 +68,8 @@ def _evaluate(node: ast.AST, names: Mapping[str, Any]) -> float:
             return float(_BINARY[type(node.op)](left, right))
         except (ZeroDivisionError, OverflowError) as exc:
             raise FormulaError(str(exc)) from exc
+        except TypeError as exc:  # float() of a complex: a negative number to a fractional power
+            raise FormulaError(f"'{ast.unparse(node)}' is not a real number") from exc
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_evaluate(node.operand, names))
     if (
@@ -76,7 +78,11 @@ def _evaluate(node: ast.AST, names: Mapping[str, Any]) -> float:
         and node.func.id in _FUNCTIONS
         and not node.keywords
     ):
-        return float(_FUNCTIONS[node.func.id](*(_evaluate(arg, names) for arg in node.args)))
+        args = [_evaluate(arg, names) for arg in node.args]
+        try:
+            return float(_FUNCTIONS[node.func.id](*args))
+        except (TypeError, ValueError, OverflowError) as exc:  # min(), ceil(1, 2), ceil(inf)
+            raise FormulaError(f"'{ast.unparse(node)}': {exc}") from exc
     raise FormulaError(f"'{ast.unparse(node)}' is not allowed in a formula")
 
 
@@ -92,7 +98,10 @@ def evaluate(expression: float | int | str, config: Mapping[str, Any]) -> float:
         tree = ast.parse(expression, mode="eval")
     except SyntaxError as exc:
         raise FormulaError(f"cannot parse '{expression}': {exc.msg}") from exc
-    return _evaluate(tree, config)
+    result = _evaluate(tree, config)
+    if not math.isfinite(result):
+        raise FormulaError(f"'{expression}' is {result}, not a finite number")
+    return result
 
 
 def validate_compute_model(model: Any) -> list[str]:
@@ -143,6 +152,8 @@ def run_cost(model: Mapping[str, Any], config: Mapping[str, Any]) -> RunCost:
     peak = float(model["peak_flops_per_accelerator"])
     mfu = float(model["assumed_mfu"])
     hours = flops / (peak * mfu) / 3600.0
+    if not math.isfinite(flops):
+        raise FormulaError(f"6 × {active:.3g} × {tokens:.3g} FLOPs is not a finite number")
     formula = (
         f"6 × N_active × D = 6 × {active:.3g} × {tokens:.3g} = {flops:.3g} FLOPs; "
         f"÷ ({peak:.3g} FLOP/s × MFU {mfu:g}) = {hours:.3g} accelerator-hours"

@@ -106,7 +106,10 @@ MARIN_MOE: dict[str, Any] = {
             "tokens_b": {"type": "number", "exclusiveMinimum": 0, "maximum": 20000},
             "warmup_fraction": {"type": "number", "minimum": 0, "maximum": 0.5},
             "seed": {"type": "integer", "minimum": 0},
-            "data_mix": {"type": "object", "additionalProperties": {"type": "number", "minimum": 0}},
+            "data_mix": {
+                "type": "object",
+                "additionalProperties": {"type": "number", "minimum": 0},
+            },
         },
     },
     "compute_model": {

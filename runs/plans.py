@@ -37,6 +37,7 @@ from runs.compute import FormulaError, RunCost, run_cost
 MAX_SPEC_BYTES = 64 * 1024
 SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_RUNS = 1024
+MAX_YAML_DEPTH = 32
 SPEC_KEYS = ("axes", "scales", "seeds")
 
 
@@ -189,16 +190,33 @@ def _refuse_anchor(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
     raise yaml.YAMLError("anchors and aliases are not allowed")
 
 
+_OPENING_TOKENS = (
+    yaml.BlockSequenceStartToken,
+    yaml.BlockMappingStartToken,
+    yaml.FlowSequenceStartToken,
+    yaml.FlowMappingStartToken,
+)
+_CLOSING_TOKENS = (yaml.BlockEndToken, yaml.FlowSequenceEndToken, yaml.FlowMappingEndToken)
+
+
 def _load_yaml(text: str, field_name: str) -> Any:
     if len(text.encode()) > MAX_SPEC_BYTES:
         raise PlanError({field_name: [f"is {len(text.encode())} bytes; the limit is 64 KiB"]})
     try:
+        depth = 0
         for token in yaml.scan(text, Loader=_NoAliasLoader):
             if isinstance(token, yaml.AnchorToken | yaml.AliasToken):
                 mark = token.start_mark
                 raise PlanError(
                     {field_name: [f"line {mark.line + 1}: anchors and aliases are not allowed"]}
                 )
+            # Deep nesting makes PyYAML's scanner quadratic and its composer recurse
+            # past Python's limit: stop at the first level no spec needs.
+            depth += isinstance(token, _OPENING_TOKENS) - isinstance(token, _CLOSING_TOKENS)
+            if depth > MAX_YAML_DEPTH:
+                line = token.start_mark.line + 1
+                message = f"line {line}: nested deeper than {MAX_YAML_DEPTH} levels"
+                raise PlanError({field_name: [message]})
         return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise PlanError({field_name: [f"is not valid YAML: {exc}"]}) from exc
@@ -218,7 +236,7 @@ def parse_spec(text: str) -> Spec:
     for key in data:
         if key not in SPEC_KEYS:
             errors.append(f"unknown top-level key '{key}' (allowed: {', '.join(SPEC_KEYS)})")
-    axes = data.get("axes") or {}
+    axes = {} if data.get("axes") is None else data["axes"]
     if not isinstance(axes, dict):
         errors.append("'axes' must map parameter names to lists of values")
         axes = {}
@@ -227,11 +245,11 @@ def parse_spec(text: str) -> Spec:
             errors.append(f"axes: parameter name {name!r} must be a string")
         elif not isinstance(values, list) or not values:
             errors.append(f"axes.{name}: must be a non-empty list of values")
-    scales = data.get("scales") or []
+    scales = [] if data.get("scales") is None else data["scales"]
     if not isinstance(scales, list) or not all(isinstance(s, str) for s in scales):
         errors.append("'scales' must be a list of scale names")
         scales = []
-    seeds = data.get("seeds") or []
+    seeds = [] if data.get("seeds") is None else data["seeds"]
     if not isinstance(seeds, list) or not all(
         isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds
     ):
@@ -277,12 +295,27 @@ def _schema_errors(recipe: RecipeSpec, overrides: Mapping[str, Any], where: str)
             )
     if errors:
         return errors
+    errors = [
+        f"{where}: parameter '{name}': NaN and infinity are not allowed"
+        for name, value in overrides.items()
+        if not _finite(value)
+    ]
     schema = {k: v for k, v in recipe.parameter_schema.items() if k != "required"}
     validator = jsonschema.Draft202012Validator(schema)
     for error in sorted(validator.iter_errors(dict(overrides)), key=lambda e: list(e.path)):
         path = ".".join(str(part) for part in error.absolute_path) or "(value)"
         errors.append(f"{where}: parameter '{path}': {error.message}")
     return errors
+
+
+def _finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, Mapping):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_finite(v) for v in value)
+    return True
 
 
 def check_overrides(recipe: RecipeSpec, overrides: Mapping[str, Any], field_name: str) -> None:
@@ -342,7 +375,8 @@ def build_plan(
             )
             base_hash = config_hash(base_config)
             grid = [({}, base_config)] + [
-                (point, deep_merge(base_config, point)) for point in _points(spec)
+                (point, deep_merge(base_config, point, seed_override))  # the seed wins
+                for point in _points(spec)
             ]
             for overrides, config in grid:
                 digest = config_hash(config)

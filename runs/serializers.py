@@ -37,7 +37,9 @@ class RecipeSerializer(serializers.ModelSerializer):
 class PlanPreviewRequestSerializer(serializers.Serializer):
     recipe = serializers.PrimaryKeyRelatedField(queryset=Recipe.objects.all())
     baseline = serializers.DictField(required=False, default=dict)
-    ablation_spec = serializers.CharField(required=False, allow_blank=True, default="", max_length=64 * 1024 + 1)
+    ablation_spec = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=64 * 1024 + 1
+    )
     budget_accelerator_hours = serializers.FloatField(required=False, allow_null=True, min_value=0)
 
 
@@ -92,7 +94,11 @@ def plan_data(plan: PlanPreview | Plan) -> dict[str, Any]:
         return {
             "frozen": True,
             "frozen_at": plan.frozen_at,
-            "recipe": {"id": plan.recipe_id, "name": snapshot["name"], "version": snapshot["version"]},
+            "recipe": {
+                "id": plan.recipe_id,
+                "name": snapshot["name"],
+                "version": snapshot["version"],
+            },
             "baseline": plan.baseline,
             "axes": list((plan.spec or {}).get("axes", {})),
             "run_count": plan.run_count,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
@@ -74,10 +74,12 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
 
 
 @transaction.atomic
-def recipe_create(*, actor: AbstractBaseUser | AnonymousUser | None, data: dict[str, Any]) -> Recipe:
+def recipe_create(
+    *, actor: User | AnonymousUser | None, data: dict[str, Any]
+) -> Recipe:
     recipe_validate(data=data)
     recipe = Recipe(**{k: v for k, v in data.items() if k in RECIPE_FIELDS})
-    recipe.created_by = actor if isinstance(actor, AbstractBaseUser) else None  # type: ignore[assignment]
+    recipe.created_by = actor if isinstance(actor, User) else None
     recipe.full_clean()
     recipe.save()
     return recipe
@@ -135,7 +137,11 @@ def plan_freeze(
         recipe_snapshot=preview.recipe.as_snapshot(),
         baseline=preview.baseline,
         spec_text=spec_text,
-        spec={"axes": preview.spec.axes, "scales": preview.spec.scales, "seeds": preview.spec.seeds},
+        spec={
+            "axes": preview.spec.axes,
+            "scales": preview.spec.scales,
+            "seeds": preview.spec.seeds,
+        },
         budget_accelerator_hours=budget_accelerator_hours,
         run_count=preview.run_count,
         total_flops=preview.total_flops,

@@ -22,8 +22,18 @@ JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales")
 class RecipeForm(forms.ModelForm):
     class Meta:
         model = Recipe
-        fields = ["name", "version", "title", "description", "command_template", *JSON_FIELDS, "is_active"]
-        widgets = {field: forms.Textarea(attrs={"rows": 8, "class": "mono"}) for field in JSON_FIELDS}
+        fields = [
+            "name",
+            "version",
+            "title",
+            "description",
+            "command_template",
+            *JSON_FIELDS,
+            "is_active",
+        ]
+        widgets = {
+            field: forms.Textarea(attrs={"rows": 8, "class": "mono"}) for field in JSON_FIELDS
+        }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

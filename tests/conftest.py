@@ -12,27 +12,27 @@ from tests.factories import ProposalFactory, RecipeFactory, UserFactory
 
 @pytest.fixture
 def recipe() -> Any:
-    return RecipeFactory()
+    return RecipeFactory.create()
 
 
 @pytest.fixture
 def contributor() -> Any:
-    return UserFactory(username="carla", roles=["contributor"])
+    return UserFactory.create(username="carla", roles=["contributor"])
 
 
 @pytest.fixture
 def reviewer() -> Any:
-    return UserFactory(username="rita", roles=["reviewer"])
+    return UserFactory.create(username="rita", roles=["reviewer"])
 
 
 @pytest.fixture
 def maintainer() -> Any:
-    return UserFactory(username="max", roles=["maintainer"])
+    return UserFactory.create(username="max", roles=["maintainer"])
 
 
 @pytest.fixture
 def proposal(contributor: Any, recipe: Any) -> Any:
-    return ProposalFactory(author=contributor, recipe=recipe)
+    return ProposalFactory.create(author=contributor, recipe=recipe)
 
 
 @pytest.fixture
@@ -56,4 +56,4 @@ def _fast_password_hashing() -> None:
     from django.contrib.auth.hashers import get_hashers
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    get_hashers.cache_clear()
+    get_hashers.cache_clear()  # type: ignore[attr-defined]

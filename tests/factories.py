@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import copy
+from typing import Any
 
 import factory
-from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Group
+from django.contrib.auth.models import Group, User
 
 from proposals.models import Comment, Proposal, Review, State
 from runs.demo_recipes import TINY_MOE
 from runs.models import Recipe
-
-User = get_user_model()
 
 WALKTHROUGH_SPEC = """axes:
   capacity_factor: [1.0, 1.25]
@@ -22,7 +20,7 @@ seeds: [0]
 """
 
 
-class UserFactory(factory.django.DjangoModelFactory):
+class UserFactory(factory.django.DjangoModelFactory[User]):
     class Meta:
         model = User
         django_get_or_create = ("username",)
@@ -33,12 +31,12 @@ class UserFactory(factory.django.DjangoModelFactory):
     password = factory.django.Password("correct-horse-battery")
 
     @factory.post_generation
-    def roles(self, create: bool, extracted: list[str] | None, **kwargs: object) -> None:
+    def roles(obj: Any, create: bool, extracted: list[str] | None, **kwargs: object) -> None:  # noqa: N805
         for role in extracted or []:
-            self.groups.add(Group.objects.get_or_create(name=role)[0])
+            obj.groups.add(Group.objects.get_or_create(name=role)[0])
 
 
-class RecipeFactory(factory.django.DjangoModelFactory):
+class RecipeFactory(factory.django.DjangoModelFactory[Recipe]):
     class Meta:
         model = Recipe
         django_get_or_create = ("name", "version")
@@ -54,7 +52,7 @@ class RecipeFactory(factory.django.DjangoModelFactory):
     scales = factory.LazyFunction(lambda: copy.deepcopy(TINY_MOE["scales"]))
 
 
-class ProposalFactory(factory.django.DjangoModelFactory):
+class ProposalFactory(factory.django.DjangoModelFactory[Proposal]):
     class Meta:
         model = Proposal
 
@@ -73,7 +71,7 @@ class ProposalFactory(factory.django.DjangoModelFactory):
     state = State.DRAFT
 
 
-class ReviewFactory(factory.django.DjangoModelFactory):
+class ReviewFactory(factory.django.DjangoModelFactory[Review]):
     class Meta:
         model = Review
 
@@ -84,7 +82,7 @@ class ReviewFactory(factory.django.DjangoModelFactory):
     text = "Looks sound."
 
 
-class CommentFactory(factory.django.DjangoModelFactory):
+class CommentFactory(factory.django.DjangoModelFactory[Comment]):
     class Meta:
         model = Comment
 

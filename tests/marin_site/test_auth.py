@@ -11,7 +11,12 @@ from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
-GITHUB = {"github": {"SCOPE": ["read:user"], "APPS": [{"client_id": "abc123", "secret": "s3cret", "key": ""}]}}
+GITHUB = {
+    "github": {
+        "SCOPE": ["read:user"],
+        "APPS": [{"client_id": "abc123", "secret": "s3cret", "key": ""}],
+    }
+}
 
 
 def test_local_signup_and_login(client: Client) -> None:
@@ -27,7 +32,9 @@ def test_local_signup_and_login(client: Client) -> None:
     assert response.status_code == 302
     assert get_user_model().objects.filter(username="newbie").exists()
     client.logout()
-    response = client.post("/accounts/login/", {"login": "newbie", "password": "a-long-enough-passphrase"})
+    response = client.post(
+        "/accounts/login/", {"login": "newbie", "password": "a-long-enough-passphrase"}
+    )
     assert response.status_code == 302
     assert client.session.get("_auth_user_id")
 
@@ -43,7 +50,11 @@ def test_github_login_redirects_to_github(client: Client, settings: Any) -> None
     response = client.post("/accounts/github/login/")
     assert response.status_code == 302
     target = urlparse(response["Location"])
-    assert (target.scheme, target.netloc, target.path) == ("https", "github.com", "/login/oauth/authorize")
+    assert (target.scheme, target.netloc, target.path) == (
+        "https",
+        "github.com",
+        "/login/oauth/authorize",
+    )
     query = parse_qs(target.query)
     assert query["client_id"] == ["abc123"]
     assert query["scope"] == ["read:user"]

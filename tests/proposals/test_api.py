@@ -6,8 +6,8 @@ import json
 from typing import Any
 
 import pytest
-from django.test.utils import CaptureQueriesContext
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -56,14 +56,16 @@ def test_list_query_count_does_not_grow(api: APIClient, recipe: Any) -> None:
         return len(ctx.captured_queries)
 
     for proposal in ProposalFactory.create_batch(2, recipe=recipe, state=State.SUBMITTED):
-        ReviewFactory(proposal=proposal)
+        ReviewFactory.create(proposal=proposal)
     few = count_queries()
     for proposal in ProposalFactory.create_batch(8, recipe=recipe, state=State.SUBMITTED):
         ReviewFactory.create_batch(2, proposal=proposal)
     assert count_queries() == few
 
 
-def test_list_query_count_is_fixed(api: APIClient, recipe: Any, django_assert_num_queries: Any) -> None:
+def test_list_query_count_is_fixed(
+    api: APIClient, recipe: Any, django_assert_num_queries: Any
+) -> None:
     ProposalFactory.create_batch(5, recipe=recipe)
     with django_assert_num_queries(3):  # count, page of proposals, their labels
         api.get("/api/v1/proposals/")
@@ -71,19 +73,24 @@ def test_list_query_count_is_fixed(api: APIClient, recipe: Any, django_assert_nu
 
 @pytest.mark.parametrize(
     ("query", "expected"),
-    [("state=submitted", 1), ("state=draft&state=submitted", 2), ("author=alice", 1), ("label=moe", 1)],
+    [
+        ("state=submitted", 1),
+        ("state=draft&state=submitted", 2),
+        ("author=alice", 1),
+        ("label=moe", 1),
+    ],
 )
 def test_list_filters(api: APIClient, recipe: Any, query: str, expected: int) -> None:
-    alice = UserFactory(username="alice")
-    ProposalFactory(recipe=recipe, state=State.SUBMITTED, author=alice).labels.create(name="moe")
-    ProposalFactory(recipe=recipe, state=State.DRAFT)
-    ProposalFactory(recipe=recipe, state=State.REJECTED)
+    alice = UserFactory.create(username="alice")
+    ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=alice).labels.create(name="moe")
+    ProposalFactory.create(recipe=recipe, state=State.DRAFT)
+    ProposalFactory.create(recipe=recipe, state=State.REJECTED)
     assert api.get(f"/api/v1/proposals/?{query}").json()["count"] == expected
 
 
 def test_filter_by_outcome_finds_failures(api: APIClient, recipe: Any) -> None:
-    failed = ProposalFactory(recipe=recipe, state=State.APPROVED, outcome="did_not_work")
-    ProposalFactory(recipe=recipe, state=State.APPROVED, outcome="worked")
+    failed = ProposalFactory.create(recipe=recipe, state=State.APPROVED, outcome="did_not_work")
+    ProposalFactory.create(recipe=recipe, state=State.APPROVED, outcome="worked")
     results = api.get("/api/v1/proposals/?outcome=did_not_work").json()["results"]
     assert [r["id"] for r in results] == [failed.pk]
 
@@ -130,7 +137,9 @@ def test_create_anonymous_is_401(api: APIClient, recipe: Any) -> None:
 def test_create_refuses_bad_fields_naming_them(
     api_as: Any, contributor: Any, recipe: Any, overrides: dict[str, Any], field: str, fragment: str
 ) -> None:
-    response = api_as(contributor).post("/api/v1/proposals/", _payload(recipe, **overrides), format="json")
+    response = api_as(contributor).post(
+        "/api/v1/proposals/", _payload(recipe, **overrides), format="json"
+    )
     assert response.status_code == 400
     assert fragment in json.dumps(response.json()[field])
     assert Proposal.objects.count() == 0
@@ -178,7 +187,9 @@ def test_malformed_json_is_a_400(api_as: Any, contributor: Any) -> None:
 def test_body_over_cap_is_413(api_as: Any, contributor: Any, recipe: Any, settings: Any) -> None:
     settings.REQUEST_BODY_CAP = 10_000
     body = json.dumps(_payload(recipe, description="x" * 20_000))
-    response = api_as(contributor).post("/api/v1/proposals/", data=body, content_type="application/json")
+    response = api_as(contributor).post(
+        "/api/v1/proposals/", data=body, content_type="application/json"
+    )
     assert response.status_code == 413
     assert Proposal.objects.count() == 0
 
@@ -190,7 +201,7 @@ def test_submit_endpoint(api_as: Any, proposal: Proposal, contributor: Any) -> N
 
 
 def test_approve_by_contributor_is_403(api_as: Any, recipe: Any, contributor: Any) -> None:
-    proposal = ProposalFactory(recipe=recipe, state=State.SUBMITTED)
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
     response = api_as(contributor).post(f"/api/v1/proposals/{proposal.pk}/approve/")
     assert response.status_code == 403
     assert Proposal.objects.get(pk=proposal.pk).state == State.SUBMITTED
@@ -206,7 +217,7 @@ def test_approve_from_draft_is_409_with_allowed_states(
 
 
 def test_approve_by_maintainer_freezes_the_plan(api_as: Any, recipe: Any, maintainer: Any) -> None:
-    proposal = ProposalFactory(recipe=recipe, state=State.SUBMITTED)
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
     client = api_as(maintainer)
     response = client.post(f"/api/v1/proposals/{proposal.pk}/approve/", {"git_ref": "deadbeef"})
     assert response.status_code == 200
@@ -217,7 +228,7 @@ def test_approve_by_maintainer_freezes_the_plan(api_as: Any, recipe: Any, mainta
 
 
 def test_reject_needs_reason(api_as: Any, recipe: Any, maintainer: Any) -> None:
-    proposal = ProposalFactory(recipe=recipe, state=State.SUBMITTED)
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
     client = api_as(maintainer)
     response = client.post(f"/api/v1/proposals/{proposal.pk}/reject/")
     assert response.status_code == 400
@@ -227,7 +238,7 @@ def test_reject_needs_reason(api_as: Any, recipe: Any, maintainer: Any) -> None:
 
 
 def test_request_changes_endpoint(api_as: Any, recipe: Any, reviewer: Any) -> None:
-    proposal = ProposalFactory(recipe=recipe, state=State.SUBMITTED)
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
     response = api_as(reviewer).post(
         f"/api/v1/proposals/{proposal.pk}/request-changes/", {"reason": "Add a seed."}
     )
@@ -235,12 +246,20 @@ def test_request_changes_endpoint(api_as: Any, recipe: Any, reviewer: Any) -> No
     assert response.json()["state"] == "changes_requested"
 
 
-def test_withdraw_and_cancel_endpoints(api_as: Any, recipe: Any, contributor: Any, maintainer: Any) -> None:
-    mine = ProposalFactory(recipe=recipe, state=State.SUBMITTED, author=contributor)
-    assert api_as(contributor).post(f"/api/v1/proposals/{mine.pk}/withdraw/").json()["state"] == "withdrawn"
-    approved = ProposalFactory(recipe=recipe, state=State.APPROVED)
+def test_withdraw_and_cancel_endpoints(
+    api_as: Any, recipe: Any, contributor: Any, maintainer: Any
+) -> None:
+    mine = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=contributor)
+    assert (
+        api_as(contributor).post(f"/api/v1/proposals/{mine.pk}/withdraw/").json()["state"]
+        == "withdrawn"
+    )
+    approved = ProposalFactory.create(recipe=recipe, state=State.APPROVED)
     assert api_as(contributor).post(f"/api/v1/proposals/{approved.pk}/cancel/").status_code == 403
-    assert api_as(maintainer).post(f"/api/v1/proposals/{approved.pk}/cancel/").json()["state"] == "canceled"
+    assert (
+        api_as(maintainer).post(f"/api/v1/proposals/{approved.pk}/cancel/").json()["state"]
+        == "canceled"
+    )
 
 
 def test_plan_preview_before_approval(api: APIClient, proposal: Proposal) -> None:
@@ -251,39 +270,52 @@ def test_plan_preview_before_approval(api: APIClient, proposal: Proposal) -> Non
     assert all(len(run["config_hash"]) == 64 for run in plan["runs"])
 
 
-def test_update_by_author_and_refused_for_others(api_as: Any, proposal: Proposal, reviewer: Any) -> None:
-    response = api_as(reviewer).patch(f"/api/v1/proposals/{proposal.pk}/", {"title": "Mine now"}, format="json")
+def test_update_by_author_and_refused_for_others(
+    api_as: Any, proposal: Proposal, reviewer: Any
+) -> None:
+    response = api_as(reviewer).patch(
+        f"/api/v1/proposals/{proposal.pk}/", {"title": "Mine now"}, format="json"
+    )
     assert response.status_code == 403
     response = api_as(proposal.author).patch(
-        f"/api/v1/proposals/{proposal.pk}/", {"title": "Sharper title", "labels": ["a", "b"]}, format="json"
+        f"/api/v1/proposals/{proposal.pk}/",
+        {"title": "Sharper title", "labels": ["a", "b"]},
+        format="json",
     )
     assert response.status_code == 200
     assert (response.json()["title"], response.json()["labels"]) == ("Sharper title", ["a", "b"])
 
 
-def test_review_endpoint_allowed_and_refused_for_own(api_as: Any, recipe: Any, reviewer: Any) -> None:
-    other = ProposalFactory(recipe=recipe, state=State.SUBMITTED)
-    own = ProposalFactory(recipe=recipe, state=State.SUBMITTED, author=reviewer)
+def test_review_endpoint_allowed_and_refused_for_own(
+    api_as: Any, recipe: Any, reviewer: Any
+) -> None:
+    other = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    own = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=reviewer)
     client = api_as(reviewer)
     body = {"score": 4, "recommendation": "approve", "text": "Good."}
     assert client.post("/api/v1/reviews/", {**body, "proposal": other.pk}).status_code == 201
     assert client.post("/api/v1/reviews/", {**body, "proposal": own.pk}).status_code == 403
-    assert client.post("/api/v1/reviews/", {**body, "proposal": other.pk, "score": 9}).status_code == 400
+    assert (
+        client.post("/api/v1/reviews/", {**body, "proposal": other.pk, "score": 9}).status_code
+        == 400
+    )
     assert Review.objects.count() == 1
 
 
 def test_reviews_and_comments_lists_are_public(api: APIClient, recipe: Any) -> None:
-    proposal = ProposalFactory(recipe=recipe, state=State.SUBMITTED)
-    ReviewFactory(proposal=proposal)
-    CommentFactory(proposal=proposal, body="<script>alert(1)</script> **hi**")
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    ReviewFactory.create(proposal=proposal)
+    CommentFactory.create(proposal=proposal, body="<script>alert(1)</script> **hi**")
     assert api.get(f"/api/v1/reviews/?proposal={proposal.pk}").json()["count"] == 1
     comment = api.get(f"/api/v1/comments/?proposal={proposal.pk}").json()["results"][0]
     assert "<script" not in comment["body_html"]
     assert "<strong>hi</strong>" in comment["body_html"]
 
 
-def test_reviews_list_query_count_is_fixed(api: APIClient, recipe: Any, django_assert_num_queries: Any) -> None:
-    proposal = ProposalFactory(recipe=recipe, state=State.SUBMITTED)
+def test_reviews_list_query_count_is_fixed(
+    api: APIClient, recipe: Any, django_assert_num_queries: Any
+) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
     ReviewFactory.create_batch(4, proposal=proposal)
     CommentFactory.create_batch(4, proposal=proposal)
     with django_assert_num_queries(2):
@@ -299,7 +331,9 @@ def test_comment_endpoint(api_as: Any, api: APIClient, proposal: Proposal, revie
     assert response.json()["author"] == "rita"
 
 
-def test_timeline_endpoint(api_as: Any, api: APIClient, proposal: Proposal, contributor: Any) -> None:
+def test_timeline_endpoint(
+    api_as: Any, api: APIClient, proposal: Proposal, contributor: Any
+) -> None:
     api_as(contributor).post(f"/api/v1/proposals/{proposal.pk}/submit/")
     api.force_authenticate(None)
     events = api.get(f"/api/v1/proposals/{proposal.pk}/timeline/").json()["results"]
@@ -309,12 +343,17 @@ def test_timeline_endpoint(api_as: Any, api: APIClient, proposal: Proposal, cont
 
 
 def test_outcome_endpoint(api_as: Any, recipe: Any, maintainer: Any, contributor: Any) -> None:
-    proposal = ProposalFactory(recipe=recipe, state=State.APPROVED, author=contributor)
+    proposal = ProposalFactory.create(recipe=recipe, state=State.APPROVED, author=contributor)
     body = {"outcome": "did_not_work", "conclusion": "No gain.", "confidence": "replicated"}
-    assert api_as(contributor).post(f"/api/v1/proposals/{proposal.pk}/outcome/", body).status_code == 403
+    assert (
+        api_as(contributor).post(f"/api/v1/proposals/{proposal.pk}/outcome/", body).status_code
+        == 403
+    )
     response = api_as(maintainer).post(f"/api/v1/proposals/{proposal.pk}/outcome/", body)
     assert response.json()["outcome"] == "did_not_work"
-    bad = api_as(maintainer).post(f"/api/v1/proposals/{proposal.pk}/outcome/", {**body, "outcome": "great"})
+    bad = api_as(maintainer).post(
+        f"/api/v1/proposals/{proposal.pk}/outcome/", {**body, "outcome": "great"}
+    )
     assert bad.status_code == 400
 
 
@@ -326,4 +365,5 @@ def test_schema_and_docs_are_served_without_cdn(api: APIClient) -> None:
     assert docs.status_code == 200
     html = docs.content.decode()
     assert "swagger-ui" in html
-    assert "cdn." not in html and "unpkg" not in html and "jsdelivr" not in html
+    for cdn in ("cdn.", "unpkg", "jsdelivr"):
+        assert cdn not in html

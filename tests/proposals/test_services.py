@@ -35,7 +35,7 @@ def _data(recipe: Any, **overrides: Any) -> dict[str, Any]:
 
 
 def _at(state: str, author: Any, recipe: Any) -> Proposal:
-    return ProposalFactory(author=author, recipe=recipe, state=state)
+    return ProposalFactory.create(author=author, recipe=recipe, state=state)
 
 
 def test_create_records_a_created_event(contributor: Any, recipe: Any) -> None:
@@ -75,7 +75,9 @@ def test_anonymous_cannot_create(recipe: Any) -> None:
 
 
 def test_submit_by_author(proposal: Proposal, contributor: Any) -> None:
-    result = services.proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
+    result = services.proposal_transition(
+        proposal_id=proposal.pk, action="submit", actor=contributor
+    )
     assert result.state == State.SUBMITTED
     assert result.submitted_at is not None
     event = result.events.get(verb="submitted")
@@ -101,11 +103,15 @@ def test_submit_refused_without_hypothesis(proposal: Proposal, contributor: Any)
 
 def test_resubmit_after_changes_requested(contributor: Any, recipe: Any) -> None:
     proposal = _at(State.CHANGES_REQUESTED, contributor, recipe)
-    result = services.proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
+    result = services.proposal_transition(
+        proposal_id=proposal.pk, action="submit", actor=contributor
+    )
     assert result.state == State.SUBMITTED
 
 
-def test_request_changes_by_reviewer_needs_reason(contributor: Any, reviewer: Any, recipe: Any) -> None:
+def test_request_changes_by_reviewer_needs_reason(
+    contributor: Any, reviewer: Any, recipe: Any
+) -> None:
     proposal = _at(State.SUBMITTED, contributor, recipe)
     with pytest.raises(ValidationError):
         services.proposal_transition(
@@ -118,7 +124,7 @@ def test_request_changes_by_reviewer_needs_reason(contributor: Any, reviewer: An
 
 
 def test_request_changes_refused_for_contributor(contributor: Any, recipe: Any) -> None:
-    proposal = _at(State.SUBMITTED, UserFactory(), recipe)
+    proposal = _at(State.SUBMITTED, UserFactory.create(), recipe)
     with pytest.raises(ActionForbidden):
         services.proposal_transition(
             proposal_id=proposal.pk, action="request_changes", actor=contributor, reason="x"
@@ -135,7 +141,11 @@ def test_approve_by_maintainer_freezes_plan_and_preregistration(
     assert result.state == State.APPROVED
     assert result.git_ref == "abc123"
     assert result.approved_hypothesis == proposal.hypothesis
-    assert result.approved_criteria == {"metric": "eval/loss", "direction": "lower", "threshold": 0.01}
+    assert result.approved_criteria == {
+        "metric": "eval/loss",
+        "direction": "lower",
+        "threshold": 0.01,
+    }
     assert result.plan is not None
     assert result.plan.run_count == 4 == result.plan.entries.count()
 
@@ -187,9 +197,13 @@ def test_reject_refused_for_author(contributor: Any, recipe: Any) -> None:
 @pytest.mark.parametrize(
     "state", [State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED, State.APPROVED]
 )
-def test_withdraw_by_author_from_each_allowed_state(contributor: Any, recipe: Any, state: str) -> None:
+def test_withdraw_by_author_from_each_allowed_state(
+    contributor: Any, recipe: Any, state: str
+) -> None:
     proposal = _at(state, contributor, recipe)
-    result = services.proposal_transition(proposal_id=proposal.pk, action="withdraw", actor=contributor)
+    result = services.proposal_transition(
+        proposal_id=proposal.pk, action="withdraw", actor=contributor
+    )
     assert result.state == State.WITHDRAWN
 
 
@@ -211,7 +225,9 @@ def test_withdraw_refused_for_maintainer_who_is_not_author(
 
 def test_cancel_by_maintainer(contributor: Any, maintainer: Any, recipe: Any) -> None:
     proposal = _at(State.APPROVED, contributor, recipe)
-    result = services.proposal_transition(proposal_id=proposal.pk, action="cancel", actor=maintainer)
+    result = services.proposal_transition(
+        proposal_id=proposal.pk, action="cancel", actor=maintainer
+    )
     assert result.state == State.CANCELED
 
 
@@ -257,15 +273,23 @@ def test_maintainer_never_reviews_own_proposal(maintainer: Any, recipe: Any) -> 
     proposal = _at(State.SUBMITTED, maintainer, recipe)
     with pytest.raises(ActionForbidden):
         services.review_submit(
-            proposal_id=proposal.pk, reviewer=maintainer, score=5, recommendation="approve", text="!"
+            proposal_id=proposal.pk,
+            reviewer=maintainer,
+            score=5,
+            recommendation="approve",
+            text="!",
         )
 
 
 def test_contributor_cannot_review(contributor: Any, recipe: Any) -> None:
-    proposal = _at(State.SUBMITTED, UserFactory(), recipe)
+    proposal = _at(State.SUBMITTED, UserFactory.create(), recipe)
     with pytest.raises(ActionForbidden):
         services.review_submit(
-            proposal_id=proposal.pk, reviewer=contributor, score=5, recommendation="approve", text="x"
+            proposal_id=proposal.pk,
+            reviewer=contributor,
+            score=5,
+            recommendation="approve",
+            text="x",
         )
 
 
@@ -276,7 +300,11 @@ def test_review_score_outside_1_to_5_is_refused(
     proposal = _at(State.SUBMITTED, contributor, recipe)
     with pytest.raises(ValidationError) as caught:
         services.review_submit(
-            proposal_id=proposal.pk, reviewer=reviewer, score=score, recommendation="approve", text="x"
+            proposal_id=proposal.pk,
+            reviewer=reviewer,
+            score=score,
+            recommendation="approve",
+            text="x",
         )
     assert "score" in caught.value.message_dict
     assert Review.objects.count() == 0
@@ -301,7 +329,7 @@ def test_edit_by_author_while_submitted(contributor: Any, recipe: Any) -> None:
 
 
 def test_edit_refused_for_other_contributor(contributor: Any, recipe: Any) -> None:
-    proposal = _at(State.DRAFT, UserFactory(), recipe)
+    proposal = _at(State.DRAFT, UserFactory.create(), recipe)
     with pytest.raises(ActionForbidden):
         services.proposal_update(proposal_id=proposal.pk, actor=contributor, data={"title": "x"})
 
@@ -324,14 +352,16 @@ def test_after_approval_hypothesis_edits_become_amendments(
     )
     proposal.refresh_from_db()
     assert proposal.approved_hypothesis.startswith("A higher capacity factor")
-    assert proposal.approved_criteria["threshold"] == 0.01
+    assert proposal.approved_criteria == {"metric": "eval/loss", "direction": "lower", "threshold": 0.01}
     assert proposal.hypothesis == "Revised after seeing the data."
     amendments = {a.field: (a.old_value, a.new_value) for a in Amendment.objects.all()}
     assert amendments["success_threshold"] == ("0.01", "0.05")
     assert amendments["hypothesis"][1] == "Revised after seeing the data."
 
 
-def test_after_approval_plan_fields_are_locked(contributor: Any, maintainer: Any, recipe: Any) -> None:
+def test_after_approval_plan_fields_are_locked(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
     proposal = _at(State.SUBMITTED, contributor, recipe)
     services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
     with pytest.raises(DomainError, match="ablation_spec"):
@@ -342,7 +372,9 @@ def test_after_approval_plan_fields_are_locked(contributor: Any, maintainer: Any
 
 def test_frozen_plan_survives_recipe_edit(contributor: Any, maintainer: Any, recipe: Any) -> None:
     proposal = _at(State.SUBMITTED, contributor, recipe)
-    approved = services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    approved = services.proposal_transition(
+        proposal_id=proposal.pk, action="approve", actor=maintainer
+    )
     hashes = list(PlanEntry.objects.order_by("index").values_list("config_hash", flat=True))
     recipe_update(recipe=recipe, data={"default_config": {**recipe.default_config, "steps": 999}})
     assert list(PlanEntry.objects.order_by("index").values_list("config_hash", flat=True)) == hashes
@@ -371,12 +403,20 @@ def test_outcome_refused_for_author_and_for_drafts(
     approved = _at(State.APPROVED, contributor, recipe)
     with pytest.raises(ActionForbidden):
         services.proposal_record_outcome(
-            proposal_id=approved.pk, actor=contributor, outcome="worked", conclusion="", confidence="stable"
+            proposal_id=approved.pk,
+            actor=contributor,
+            outcome="worked",
+            conclusion="",
+            confidence="stable",
         )
     draft = _at(State.DRAFT, contributor, recipe)
     with pytest.raises(TransitionNotAllowed):
         services.proposal_record_outcome(
-            proposal_id=draft.pk, actor=maintainer, outcome="worked", conclusion="", confidence="stable"
+            proposal_id=draft.pk,
+            actor=maintainer,
+            outcome="worked",
+            conclusion="",
+            confidence="stable",
         )
 
 

@@ -73,7 +73,10 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "recipe": "tiny-moe",
             "spec": "axes:\n  weight_decay: [0.0, 0.05, 0.1]\nscales: [small, medium, large]\n",
             "labels": ["optimizer", "scaling"],
-            "path": ["submit", ("request_changes", "rita", "Add seeds: one seed per point is noise.")],
+            "path": [
+                "submit",
+                ("request_changes", "rita", "Add seeds: one seed per point is noise."),
+            ],
             "reviews": [("rita", 2, "request_changes", "Needs at least two seeds.")],
         },
         {
@@ -205,10 +208,8 @@ class Command(BaseCommand):
             for item in _demo_proposals():
                 self._create(item, users, recipes)
             self.stdout.write(f"Added {Proposal.objects.count()} demo proposals.")
-        self.stdout.write(
-            "Demo accounts (password '%s'): %s"
-            % (DEMO_PASSWORD, ", ".join(f"{u} ({r})" for u, r in DEMO_USERS))
-        )
+        accounts = ", ".join(f"{user} ({role})" for user, role in DEMO_USERS)
+        self.stdout.write(f"Demo accounts (password '{DEMO_PASSWORD}'): {accounts}")
 
     def _create(self, item: dict[str, Any], users: dict[str, Any], recipes: dict[str, Any]) -> None:
         author = users["carla"]

@@ -1,0 +1,860 @@
+#!/usr/bin/env python
+"""Load-test three read pages of marin-site behind gunicorn, on PostgreSQL, with DEBUG=0.
+
+    .venv/bin/python bench/pages.py                      # 10,000 proposals, 32 clients, 20 s a page
+    .venv/bin/python bench/pages.py --proposals 2000 --duration 5 --loader python
+
+Steps: create the database if missing, migrate, seed it (bulk_create, only when the
+proposal count differs from --proposals), collectstatic, start gunicorn on 127.0.0.1, wait
+until it answers, then drive ``/``, one proposal page and ``/api/v1/proposals/`` one after
+another with --clients concurrent keep-alive clients for --duration seconds each. ``wrk``
+is used when installed (its latency histogram records every request; a Lua hook counts
+every status), otherwise a thread-per-client ``http.client`` loop that keeps every
+latency. Prints requests/s, p50, p99, errors and whether p99 < --target-p99-ms with no
+errors. Gunicorn is always stopped at the end.
+
+Exit status: 0 when every page answered without errors (whether or not it met the
+target), 1 when a page had errors (non-2xx or socket errors), 2 on a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import http.client
+import json
+import math
+import os
+import random
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
+GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
+HOST = "127.0.0.1"  # the load only ever goes here
+DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/marin_bench"
+BENCH_PREFIX = "bench-"  # usernames of the seeded accounts
+
+# Re-run under the project's virtualenv when started with another interpreter.
+if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve() and VENV_PYTHON.exists():
+    if os.environ.get("MARIN_BENCH_REEXEC") != "1":
+        os.environ["MARIN_BENCH_REEXEC"] = "1"
+        os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------- machine
+
+
+def machine_info() -> dict[str, Any]:
+    cpu_model = "unknown"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    mem_gb = None
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem_gb = round(int(line.split()[1]) / 1024 / 1024, 1)
+    return {
+        "nproc": os.cpu_count(),
+        "nproc_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "cpu_model": cpu_model,
+        "mem_gb": mem_gb,
+        "python": sys.version.split()[0],
+    }
+
+
+def cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all CPUs, from /proc/stat."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+    except (OSError, ValueError, IndexError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    total = sum(fields[:8])  # guest time is already counted in user
+    return total - idle, total
+
+
+# ----------------------------------------------------------------------------- database
+
+
+def ensure_database(url: str) -> None:
+    import psycopg
+
+    parts = urlsplit(url)
+    name = parts.path.lstrip("/")
+    if not name:
+        raise SystemExit(f"--database-url needs a database name: {url}")
+    admin = urlunsplit(("postgresql", parts.netloc, "/postgres", parts.query, ""))
+    with psycopg.connect(admin, autocommit=True, connect_timeout=10) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone()
+        if not exists:
+            log(f"creating database {name}")
+            conn.execute(f'CREATE DATABASE "{name}"')  # name comes from the command line
+
+
+def django_env(args: argparse.Namespace) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "marin_site.settings",
+            "DATABASE_URL": args.database_url,
+            "DEBUG": "0",
+            "SECRET_KEY": os.environ.get("SECRET_KEY") or "bench-pages-not-a-secret-" + "x" * 40,
+            "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+            "SECURE_COOKIES": "0",
+            "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+        }
+    )
+    return env
+
+
+def manage(args: argparse.Namespace, *command: str) -> None:
+    cmd = [sys.executable, str(ROOT / "manage.py"), *command]
+    log("$ " + shlex.join(cmd[1:]))
+    subprocess.run(cmd, cwd=ROOT, env=django_env(args), check=True, stdout=subprocess.DEVNULL)
+
+
+def setup_django(args: argparse.Namespace) -> None:
+    os.environ.update(django_env(args))
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+
+
+# ----------------------------------------------------------------------------- seeding
+
+LABELS = [
+    "moe", "routing", "capacity", "data-mix", "optimizer", "scaling", "stability",
+    "baseline", "tokenizer", "eval", "long-context", "distillation",
+]
+SPECS = {
+    "tiny-moe": [
+        "axes:\n  top_k: [1, 2]\nseeds: [0, 1]\n",
+        "axes:\n  capacity_factor: [1.0, 1.25]\n  weight_decay: [0.0, 0.1]\nscales: [small]\nseeds: [0]\n",
+        "axes:\n  weight_decay: [0.0, 0.05, 0.1]\nscales: [small, medium, large]\n",
+        "axes:\n  learning_rate: [0.003, 0.006]\n",
+        "axes:\n  num_experts: [4, 8]\nseeds: [0, 1]\n",
+    ],
+    "marin-moe": [
+        "axes:\n  z_loss: [0.0, 0.0001]\nscales: [8b]\n",
+        "axes:\n  capacity_factor: [1.0, 1.25]\nscales: [1b]\nseeds: [0, 1]\n",
+        "axes:\n  warmup_fraction: [0.0, 0.01]\nscales: [1b]\n",
+    ],
+}
+# Share of each state among the seeded proposals (draft .. canceled).
+STATE_WEIGHTS = {
+    "draft": 10, "submitted": 25, "changes_requested": 10, "approved": 30,
+    "rejected": 10, "withdrawn": 8, "canceled": 7,
+}
+TOPICS = [
+    "top-2 routing", "capacity factor 1.25", "a larger code share", "z-loss 1e-4",
+    "no warmup", "eight experts", "weight decay 0.1", "a math-heavy mix", "twice the tokens",
+    "shared experts", "router jitter", "expert dropout", "a longer context", "muP init",
+]
+WORDS = (
+    "the router sends each token to its top experts and the load balancing loss keeps the "
+    "experts busy while the capacity factor bounds how many tokens an expert may take per "
+    "batch so a higher factor drops fewer tokens at the price of memory and we measure eval "
+    "loss on paloma and the drop fraction at every scale of the ladder with two seeds"
+).split()
+
+
+def sentence(rng: random.Random, n: int) -> str:
+    start = rng.randrange(len(WORDS))
+    words = [WORDS[(start + i) % len(WORDS)] for i in range(n)]
+    return " ".join(words).capitalize() + "."
+
+
+def description(rng: random.Random) -> str:
+    """Markdown of roughly 0.6-2 kB: a heading, paragraphs, a list, sometimes code or a table."""
+    parts = ["## Motivation", " ".join(sentence(rng, rng.randint(10, 25)) for _ in range(rng.randint(2, 4)))]
+    parts.append("## Plan")
+    parts.append("\n".join(f"- {sentence(rng, rng.randint(5, 12))}" for _ in range(rng.randint(2, 5))))
+    if rng.random() < 0.5:
+        parts.append("```yaml\naxes:\n  capacity_factor: [1.0, 1.25]\nseeds: [0, 1]\n```")
+    if rng.random() < 0.3:
+        parts.append("| scale | tokens | hours |\n|---|---|---|\n| small | 2M | 0.1 |\n| medium | 8M | 0.4 |")
+    parts.append(" ".join(sentence(rng, rng.randint(8, 20)) for _ in range(rng.randint(1, 3))))
+    return "\n\n".join(parts)
+
+
+@contextlib.contextmanager
+def explicit_timestamps(*models: Any):
+    """Let bulk_create store the given created_at/updated_at instead of now()."""
+    saved = []
+    for model in models:
+        for f in model._meta.concrete_fields:
+            if getattr(f, "auto_now", False) or getattr(f, "auto_now_add", False):
+                saved.append((f, f.auto_now, f.auto_now_add))
+                f.auto_now = f.auto_now_add = False
+    try:
+        yield
+    finally:
+        for f, auto_now, auto_now_add in saved:
+            f.auto_now, f.auto_now_add = auto_now, auto_now_add
+
+
+def truncate_proposals() -> None:
+    from django.db import connection
+
+    from proposals.models import Amendment, Comment, Event, Proposal, Review
+
+    tables = [m._meta.db_table for m in (Proposal, Review, Event, Comment, Amendment)]
+    tables.append(Proposal.labels.through._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
+
+
+def seed(target: int, reviews_per: int, events_per: int, reseed: bool) -> dict[str, int]:
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.hashers import make_password
+    from django.db import connection, transaction
+    from django.utils import timezone
+
+    from proposals.models import Door, Event, Label, Outcome, Proposal, Review, State
+    from runs.demo_recipes import DEMO_RECIPES
+    from runs.models import Recipe
+    from runs.services import recipe_create
+
+    have = Proposal.objects.count()
+    if reseed or have > target:
+        log(f"truncating {have} proposals (reseed)")
+        truncate_proposals()
+        have = 0
+    if have == target:
+        log(f"database already holds {have} proposals; not seeding")
+        return counts()
+
+    started = time.perf_counter()
+    user_model = get_user_model()
+    rng = random.Random(20240601 + have)
+    with transaction.atomic():
+        password = make_password(None)
+        names = [f"{BENCH_PREFIX}author{i}" for i in range(1, 9)] + [
+            f"{BENCH_PREFIX}reviewer{i}" for i in range(1, 5)
+        ]
+        existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
+        user_model.objects.bulk_create(
+            [
+                user_model(username=n, email=f"{n}@example.org", password=password)
+                for n in names
+                if n not in existing
+            ]
+        )
+        users = {u.username: u for u in user_model.objects.filter(username__in=names)}
+        authors = [users[n] for n in names if "author" in n]
+        reviewers = [users[n] for n in names if "reviewer" in n]
+
+        recipes = []
+        for data in DEMO_RECIPES:
+            recipe = Recipe.objects.filter(name=data["name"], version=data["version"]).first()
+            recipes.append(recipe or recipe_create(actor=None, data=dict(data)))
+
+        Label.objects.bulk_create([Label(name=n) for n in LABELS], ignore_conflicts=True)
+        labels = list(Label.objects.filter(name__in=LABELS))
+
+        states = list(STATE_WEIGHTS)
+        weights = [STATE_WEIGHTS[s] for s in states]
+        outcomes = [o.value for o in Outcome]
+        now = timezone.now()
+        span = dt.timedelta(days=730)
+        todo = target - have
+        log(f"seeding {todo} proposals ({reviews_per} reviews, {events_per} events each)")
+        with explicit_timestamps(Proposal, Review, Event):
+            proposals = []
+            for i in range(todo):
+                recipe = rng.choice(recipes)
+                state = rng.choices(states, weights)[0]
+                created = now - span * rng.random()
+                decided = created + dt.timedelta(days=rng.uniform(1, 20))
+                outcome = ""
+                if state in {State.APPROVED, State.CANCELED} and rng.random() < 0.5:
+                    outcome = rng.choice(outcomes)
+                topic = rng.choice(TOPICS)
+                proposals.append(
+                    Proposal(
+                        title=f"{topic.capitalize()} for the {recipe.name} (#{have + i + 1})",
+                        summary=f"Does {topic} lower eval loss at equal compute?",
+                        description=description(rng),
+                        hypothesis=f"{topic.capitalize()} lowers eval loss by at least 0.01. "
+                        + sentence(rng, 15),
+                        success_metric="eval/paloma/macro_loss",
+                        success_direction="lower",
+                        success_threshold=0.01,
+                        recipe=recipe,
+                        baseline={},
+                        ablation_spec=rng.choice(SPECS.get(recipe.name) or SPECS["tiny-moe"]),
+                        budget_accelerator_hours=rng.choice([None, 10.0, 100.0, 5000.0]),
+                        author=rng.choice(authors),
+                        state=state,
+                        submitted_at=None if state == State.DRAFT else created + dt.timedelta(hours=2),
+                        decided_at=decided
+                        if state in {State.APPROVED, State.REJECTED, State.CANCELED}
+                        else None,
+                        outcome=outcome,
+                        conclusion=sentence(rng, 20) if outcome else "",
+                        confidence=rng.choice(["exploratory", "replicated", "stable"]) if outcome else "",
+                        concluded_at=decided + dt.timedelta(days=10) if outcome else None,
+                        created_at=created,
+                        updated_at=decided,
+                    )
+                )
+            Proposal.objects.bulk_create(proposals, batch_size=2000)
+
+            through = Proposal.labels.through
+            links = [
+                through(proposal_id=p.pk, label_id=label.pk)
+                for p in proposals
+                for label in rng.sample(labels, rng.randint(1, 3))
+            ]
+            through.objects.bulk_create(links, batch_size=5000)
+
+            reviews, events = [], []
+            for p in proposals:
+                t = p.created_at
+                if p.state != State.DRAFT:
+                    for reviewer in rng.sample(reviewers, min(reviews_per, len(reviewers))):
+                        score = rng.randint(1, 5)
+                        rec = "approve" if score >= 4 else ("request_changes" if score >= 2 else "reject")
+                        when = t + dt.timedelta(hours=rng.uniform(3, 48))
+                        reviews.append(
+                            Review(
+                                proposal_id=p.pk, reviewer=reviewer, score=score, recommendation=rec,
+                                text=sentence(rng, rng.randint(10, 40)), created_at=when, updated_at=when,
+                            )
+                        )
+                path = [("created", "", State.DRAFT)]
+                if p.state == State.DRAFT:
+                    path += [("edited", "", "")] * (events_per - 1)
+                else:
+                    path.append(("submitted", State.DRAFT, State.SUBMITTED))
+                    if p.state != State.SUBMITTED:
+                        path.append((p.state.replace("_", " "), State.SUBMITTED, p.state))
+                    path += [("edited", "", "")] * max(0, events_per - len(path))
+                for k, (verb, src, dst) in enumerate(path[:events_per]):
+                    events.append(
+                        Event(
+                            proposal_id=p.pk, actor=p.author if k < 2 else rng.choice(reviewers),
+                            actor_label="", verb=verb, from_state=src, to_state=dst,
+                            message=sentence(rng, 8) if k == 2 else "", door=Door.WEB,
+                            created_at=t + dt.timedelta(hours=k * 5),
+                        )
+                    )
+            Review.objects.bulk_create(reviews, batch_size=5000)
+            Event.objects.bulk_create(events, batch_size=5000)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    result = counts()
+    log(f"seeded in {time.perf_counter() - started:.1f} s: {result}")
+    return result
+
+
+def counts() -> dict[str, int]:
+    from proposals.models import Event, Label, Proposal, Review
+
+    return {
+        "proposals": Proposal.objects.count(),
+        "reviews": Review.objects.count(),
+        "events": Event.objects.count(),
+        "labels": Label.objects.count(),
+        "label_links": Proposal.labels.through.objects.count(),
+    }
+
+
+def pick_detail_proposal() -> int:
+    """A submitted proposal with reviews and events (its page also renders the plan preview)."""
+    from django.db.models import Count
+
+    from proposals.models import Proposal, State
+
+    qs = (
+        Proposal.objects.annotate(rc=Count("reviews", distinct=True), ec=Count("events", distinct=True))
+        .filter(rc__gte=1, ec__gte=1)
+        .order_by("-rc", "-ec", "-created_at")
+    )
+    chosen = qs.filter(state=State.SUBMITTED).values_list("pk", flat=True).first()
+    chosen = chosen or qs.values_list("pk", flat=True).first()
+    if chosen is None:
+        raise SystemExit("no proposal with reviews and events to benchmark")
+    return int(chosen)
+
+
+def query_counts(paths: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Queries and in-process time of one anonymous request to each page (Django test client)."""
+    from django.db import connection, reset_queries
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+
+    client = Client(raise_request_exception=False)
+    out: dict[str, dict[str, Any]] = {}
+    for name, path in paths.items():
+        client.get(path)  # warm the template and URL caches
+        with CaptureQueriesContext(connection) as ctx:
+            t0 = time.perf_counter()
+            response = client.get(path)
+            elapsed = (time.perf_counter() - t0) * 1000
+        sql_ms = sum(float(q.get("time") or 0) for q in ctx.captured_queries) * 1000
+        out[name] = {
+            "status": response.status_code,
+            "queries": len(ctx.captured_queries),
+            "ms": round(elapsed, 1),
+            "sql_ms": round(sql_ms, 1),
+            "bytes": len(response.content),
+        }
+        reset_queries()
+    return out
+
+
+# ----------------------------------------------------------------------------- gunicorn
+
+
+class Server:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = ROOT / "var" / "bench-gunicorn.log"
+
+    def command(self) -> list[str]:
+        a = self.args
+        cmd = [
+            str(GUNICORN), "marin_site.wsgi", "-b", f"{HOST}:{a.port}", "-w", str(a.workers),
+            "-k", a.worker_class, "--timeout", "60", "--graceful-timeout", "10",
+            "--error-logfile", str(self.log_path),
+        ]
+        if a.worker_class == "gthread":
+            cmd += ["--threads", str(a.threads)]
+        return cmd
+
+    def start(self) -> None:
+        if port_open(self.args.port):
+            raise SystemExit(f"something already listens on {HOST}:{self.args.port}; use --port")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        log("$ " + shlex.join(self.command()) + f"   (log: {self.log_path})")
+        self.proc = subprocess.Popen(
+            self.command(), cwd=ROOT, env=django_env(self.args), start_new_session=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}; see {self.log_path}")
+            with contextlib.suppress(OSError, http.client.HTTPException):
+                status, _ = fetch("/healthz", timeout=5)
+                log(f"gunicorn answers (/healthz {status})")
+                return
+            time.sleep(0.3)
+        raise RuntimeError(f"gunicorn did not answer within 60 s; see {self.log_path}")
+
+    def stop(self) -> None:
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        log(f"stopping gunicorn (pid {proc.pid})")
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)  # its own session: the master and its workers
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex((HOST, port)) == 0
+
+
+PORT = 0  # set from --port in main()
+
+
+def fetch(path: str, timeout: float = 30) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection(HOST, PORT, timeout=timeout)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+# ----------------------------------------------------------------------------- load
+
+
+@dataclass
+class Result:
+    name: str
+    path: str
+    loader: str
+    requests: int = 0
+    duration_s: float = 0.0
+    p50_ms: float = math.nan
+    p90_ms: float = math.nan
+    p99_ms: float = math.nan
+    max_ms: float = math.nan
+    statuses: dict[str, int] = field(default_factory=dict)
+    socket_errors: dict[str, int] = field(default_factory=dict)
+    cpu_busy_pct: float | None = None
+    loader_cpu_s: float | None = None
+
+    @property
+    def rps(self) -> float:
+        return self.requests / self.duration_s if self.duration_s else 0.0
+
+    @property
+    def errors(self) -> int:
+        bad = sum(n for s, n in self.statuses.items() if not (s.isdigit() and 200 <= int(s) < 300))
+        return bad + sum(self.socket_errors.values())
+
+
+WRK_LUA = r"""
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args) statuses = {} end
+function response(status, headers, body)
+  statuses[status] = (statuses[status] or 0) + 1
+end
+function done(summary, latency, requests)
+  local counts = {}
+  for _, t in ipairs(threads) do
+    for k, v in pairs(t:get("statuses")) do
+      counts[tostring(k)] = (counts[tostring(k)] or 0) + v
+    end
+  end
+  local parts = {}
+  for k, v in pairs(counts) do table.insert(parts, string.format('"%s": %d', k, v)) end
+  local e = summary.errors
+  io.write(string.format(
+    'BENCH_JSON {"requests": %d, "duration_us": %d, "p50_us": %d, "p90_us": %d, "p99_us": %d, ' ..
+    '"max_us": %d, "statuses": {%s}, "errors": {"connect": %d, "read": %d, "write": %d, ' ..
+    '"timeout": %d}}\n',
+    summary.requests, summary.duration, latency:percentile(50), latency:percentile(90),
+    latency:percentile(99), latency.max, table.concat(parts, ", "),
+    e.connect, e.read, e.write, e.timeout))
+end
+"""
+
+
+def run_wrk(name: str, path: str, clients: int, duration: float, threads: int, lua: Path) -> Result:
+    cmd = [
+        shutil.which("wrk") or "wrk", "-t", str(min(threads, clients)), "-c", str(clients),
+        "-d", f"{duration:g}s", "--timeout", "10s", "-s", str(lua), f"http://{HOST}:{PORT}{path}",
+    ]
+    log("$ " + shlex.join(cmd))
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60, check=False)
+    line = next((ln for ln in out.stdout.splitlines() if ln.startswith("BENCH_JSON ")), None)
+    if out.returncode != 0 or line is None:
+        raise RuntimeError(f"wrk failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+    data = json.loads(line.removeprefix("BENCH_JSON "))
+    return Result(
+        name=name, path=path, loader="wrk", requests=data["requests"],
+        duration_s=data["duration_us"] / 1e6, p50_ms=data["p50_us"] / 1000,
+        p90_ms=data["p90_us"] / 1000, p99_ms=data["p99_us"] / 1000, max_ms=data["max_us"] / 1000,
+        statuses=data["statuses"], socket_errors={k: v for k, v in data["errors"].items() if v},
+    )
+
+
+def run_python(name: str, path: str, clients: int, duration: float) -> Result:
+    """One thread per client, each on its own keep-alive connection; every latency is kept."""
+    samples: list[list[tuple[float, str]]] = [[] for _ in range(clients)]
+    start_gate = threading.Barrier(clients + 1)
+    deadline = [0.0]
+
+    def client(out: list[tuple[float, str]]) -> None:
+        conn = http.client.HTTPConnection(HOST, PORT, timeout=10)
+        start_gate.wait()
+        while True:
+            t0 = time.perf_counter()
+            if t0 >= deadline[0]:
+                break
+            try:
+                conn.request("GET", path)
+                response = conn.getresponse()
+                response.read()
+                status = str(response.status)
+                if response.will_close:
+                    conn.close()
+            except (OSError, http.client.HTTPException) as exc:
+                status = type(exc).__name__
+                conn.close()
+            out.append((time.perf_counter() - t0, status))
+        conn.close()
+
+    old_interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.0005)  # wake the client threads promptly, so latency is the server's
+    threads = [threading.Thread(target=client, args=(s,), daemon=True) for s in samples]
+    for t in threads:
+        t.start()
+    begin = time.perf_counter()
+    deadline[0] = begin + duration
+    start_gate.wait()
+    for t in threads:
+        t.join(timeout=duration + 30)
+    elapsed = time.perf_counter() - begin
+    sys.setswitchinterval(old_interval)
+
+    latencies = sorted(lat for s in samples for lat, _ in s)
+    result = Result(name=name, path=path, loader="python", requests=len(latencies), duration_s=elapsed)
+    for s in samples:
+        for _, status in s:
+            bucket = result.statuses if status.isdigit() else result.socket_errors
+            bucket[status] = bucket.get(status, 0) + 1
+    if latencies:
+        result.p50_ms = percentile(latencies, 50) * 1000
+        result.p90_ms = percentile(latencies, 90) * 1000
+        result.p99_ms = percentile(latencies, 99) * 1000
+        result.max_ms = latencies[-1] * 1000
+    return result
+
+
+def percentile(ordered: list[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending list."""
+    return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
+
+
+def drive(name: str, path: str, args: argparse.Namespace, lua: Path | None) -> Result:
+    if args.warmup > 0:
+        log(f"warming up {path} for {args.warmup:g} s")
+        if lua is not None:
+            run_wrk(name, path, args.clients, args.warmup, args.wrk_threads, lua)
+        else:
+            run_python(name, path, args.clients, args.warmup)
+    log(f"driving {path}: {args.clients} clients for {args.duration:g} s")
+    before_cpu = cpu_times()
+    before_children = os.times()
+    if lua is not None:
+        result = run_wrk(name, path, args.clients, args.duration, args.wrk_threads, lua)
+        after_children = os.times()
+        result.loader_cpu_s = round(
+            (after_children.children_user + after_children.children_system)
+            - (before_children.children_user + before_children.children_system), 1
+        )
+    else:
+        result = run_python(name, path, args.clients, args.duration)
+        after_children = os.times()
+        result.loader_cpu_s = round(
+            (after_children.user + after_children.system) - (before_children.user + before_children.system), 1
+        )
+    after_cpu = cpu_times()
+    if before_cpu and after_cpu and after_cpu[1] > before_cpu[1]:
+        result.cpu_busy_pct = round(100 * (after_cpu[0] - before_cpu[0]) / (after_cpu[1] - before_cpu[1]))
+    return result
+
+
+def wait_until_pages_render(paths: dict[str, str], server: Server, args: argparse.Namespace) -> None:
+    """Templates may still be on their way: on a 5xx, wait, re-collect static, restart, retry."""
+    deadline = time.monotonic() + args.wait_for_pages
+    while True:
+        statuses = {}
+        for name, path in paths.items():
+            try:
+                statuses[name] = fetch(path)[0]
+            except (OSError, http.client.HTTPException) as exc:
+                statuses[name] = type(exc).__name__
+        log(f"pre-flight: {statuses}")
+        broken = {n: s for n, s in statuses.items() if not (isinstance(s, int) and s < 500)}
+        if not broken:
+            return
+        if time.monotonic() >= deadline:
+            log(f"pages still failing after {args.wait_for_pages:g} s ({broken}); measuring anyway")
+            return
+        log(f"waiting {args.retry_every:g} s for the pages to render (tail {server.log_path})")
+        server.stop()
+        time.sleep(args.retry_every)
+        manage(args, "collectstatic", "--noinput")  # a new template may use a new static file
+        server.start()
+
+
+# ----------------------------------------------------------------------------- report
+
+
+def fmt(value: float | None, digits: int = 1) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def report(
+    results: list[Result], info: dict[str, Any], args: argparse.Namespace, rows: dict[str, int],
+    queries: dict[str, dict[str, Any]], command: str, server_cmd: str,
+) -> str:
+    target = args.target_p99_ms
+    lines = [
+        "",
+        f"date:      {info['date']}",
+        f"machine:   nproc={info['nproc']} (usable {info['nproc_usable']}), {info['cpu_model']}, "
+        f"{info['mem_gb']} GB RAM, Python {info['python']}",
+        f"command:   {command}",
+        f"server:    {server_cmd}  (DEBUG=0, PostgreSQL {info.get('postgres', '?')})",
+        f"data:      {', '.join(f'{k}={v:,}' for k, v in rows.items())}",
+        f"load:      {args.clients} clients x {args.duration:g} s per page, loader={results[0].loader if results else '?'}"
+        f", warm-up {args.warmup:g} s",
+        f"target:    p99 < {target:g} ms and no errors",
+        "",
+        f"{'page':<10} {'path':<24} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+        f"{'errors':>7} {'cpu%':>5} {'queries':>7}  target",
+    ]
+    for r in results:
+        q = queries.get(r.name, {})
+        ok = r.errors == 0 and r.p99_ms < target
+        lines.append(
+            f"{r.name:<10} {r.path:<24} {fmt(r.rps):>8} {fmt(r.p50_ms):>8} {fmt(r.p90_ms):>8} "
+            f"{fmt(r.p99_ms):>8} {fmt(r.max_ms):>8} {r.errors:>7} {fmt(r.cpu_busy_pct, 0):>5} "
+            f"{q.get('queries', '-')!s:>7}  {'MET' if ok else 'MISSED'}"
+        )
+        if r.errors:
+            lines.append(f"{'':<10} statuses {r.statuses} socket errors {r.socket_errors}")
+    lines.append("")
+    lines.append("cpu% = all-CPU busy share during the run (server, PostgreSQL and load generator);")
+    lines.append(
+        "queries/in-process = one anonymous request through django.test.Client: "
+        + "; ".join(
+            f"{n}: {q['status']}, {q['queries']} queries, {q['sql_ms']} ms SQL, {q['ms']} ms total, "
+            f"{q['bytes']:,} bytes"
+            for n, q in queries.items()
+        )
+    )
+    lines.append("load generator CPU: " + ", ".join(f"{r.name} {fmt(r.loader_cpu_s)} s" for r in results))
+    lines.append("")
+    lines.append("markdown:")
+    lines.append("")
+    lines.append("| page | path | requests/s | p50 (ms) | p99 (ms) | errors | p99 < %g ms, no errors |" % target)
+    lines.append("|---|---|---:|---:|---:|---:|---|")
+    for r in results:
+        ok = r.errors == 0 and r.p99_ms < target
+        lines.append(
+            f"| {r.name} | `{r.path}` | {fmt(r.rps)} | {fmt(r.p50_ms)} | {fmt(r.p99_ms)} | {r.errors} | "
+            f"{'yes' if ok else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--database-url", default=DEFAULT_DB)
+    p.add_argument("--proposals", type=int, default=10_000, help="proposals to seed (default 10000)")
+    p.add_argument("--reviews-per-proposal", type=int, default=2, help="for every non-draft proposal")
+    p.add_argument("--events-per-proposal", type=int, default=3)
+    p.add_argument("--reseed", action="store_true", help="truncate the proposals and seed again")
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--duration", type=float, default=20, help="seconds per page (default 20)")
+    p.add_argument("--warmup", type=float, default=3, help="unmeasured seconds before each page")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--workers", type=int, default=3, help="gunicorn workers (default 3 on 2 cores)")
+    p.add_argument("--threads", type=int, default=2, help="threads per gthread worker")
+    p.add_argument("--worker-class", default="gthread", choices=["gthread", "sync"])
+    p.add_argument("--loader", default="auto", choices=["auto", "wrk", "python"])
+    p.add_argument("--wrk-threads", type=int, default=1)
+    p.add_argument("--target-p99-ms", type=float, default=100)
+    p.add_argument("--pages", default="list,detail,api", help="comma-separated subset of list,detail,api")
+    p.add_argument("--wait-for-pages", type=float, default=0,
+                   help="seconds to keep retrying while a page answers 5xx (default 0)")
+    p.add_argument("--retry-every", type=float, default=60)
+    p.add_argument("--json", type=Path, help="also write the figures here")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str]) -> int:
+    global PORT
+    args = parse_args(argv)
+    PORT = args.port
+    command = ".venv/bin/python bench/pages.py" + ("" if not argv else " " + shlex.join(argv))
+    info = machine_info() | {"date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")}
+
+    if args.loader == "wrk" and not shutil.which("wrk"):
+        raise SystemExit("--loader wrk: wrk is not installed (apt-get install wrk)")
+    use_wrk = args.loader == "wrk" or (args.loader == "auto" and shutil.which("wrk") is not None)
+
+    ensure_database(args.database_url)
+    manage(args, "migrate", "--noinput")
+    manage(args, "collectstatic", "--noinput")
+    setup_django(args)
+    from django.db import connection
+
+    rows = seed(args.proposals, args.reviews_per_proposal, args.events_per_proposal, args.reseed)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW server_version")
+        info["postgres"] = cursor.fetchone()[0]
+    detail_id = pick_detail_proposal()
+    all_paths = {"list": "/", "detail": f"/proposals/{detail_id}/", "api": "/api/v1/proposals/"}
+    wanted = [n.strip() for n in args.pages.split(",") if n.strip()]
+    paths = {n: all_paths[n] for n in wanted}
+    connection.close()
+
+    server = Server(args)
+    results: list[Result] = []
+    lua_dir = tempfile.TemporaryDirectory(prefix="bench-wrk-")
+    try:
+        lua = None
+        if use_wrk:
+            lua = Path(lua_dir.name) / "record.lua"
+            lua.write_text(WRK_LUA)
+        server.start()
+        wait_until_pages_render(paths, server, args)
+        queries = query_counts(paths)
+        connection.close()
+        log(f"per-request profile: {queries}")
+        for name, path in paths.items():
+            results.append(drive(name, path, args, lua))
+            r = results[-1]
+            log(f"{name}: {r.rps:.1f} req/s, p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, errors {r.errors}")
+    finally:
+        server.stop()
+        lua_dir.cleanup()
+
+    print(report(results, info, args, rows, queries, command, shlex.join(server.command()[1:])))
+    if args.json:
+        args.json.write_text(
+            json.dumps(
+                {
+                    "info": info, "command": command, "rows": rows, "queries": queries,
+                    "results": [r.__dict__ | {"rps": r.rps, "errors": r.errors} for r in results],
+                },
+                indent=2, default=str,
+            )
+        )
+    return 1 if any(r.errors for r in results) else 0
+
+
+def _terminate(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally that stops gunicorn
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _terminate)
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except SystemExit:
+        raise
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception:
+        import traceback
+
+        traceback.print_exc()
+        sys.exit(2)
