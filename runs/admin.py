@@ -23,3 +23,11 @@ class PlanAdmin(admin.ModelAdmin):
     list_display = ["id", "recipe", "run_count", "total_accelerator_hours", "frozen_at"]
     readonly_fields = ["recipe_snapshot", "baseline", "spec_text", "spec", "frozen_at"]
     inlines = [PlanEntryInline]
+
+
+@admin.register(PlanEntry)
+class PlanEntryAdmin(admin.ModelAdmin):
+    list_display = ["plan", "index", "scale", "seed", "config_hash", "is_baseline", "flops"]
+    list_filter = ["is_baseline"]
+    search_fields = ["config_hash"]
+    raw_id_fields = ["plan"]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from django import forms
 from django.contrib import messages
@@ -34,11 +33,6 @@ class RecipeForm(forms.ModelForm):
         widgets = {
             field: forms.Textarea(attrs={"rows": 8, "class": "mono"}) for field in JSON_FIELDS
         }
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        for field in JSON_FIELDS:
-            self.fields[field].encoder = None  # type: ignore[attr-defined]
 
 
 def recipe_list(request: HttpRequest) -> HttpResponse:

@@ -1,0 +1,332 @@
+"""The web pages: public reads, forms that explain errors, doors that call the services."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from proposals.models import Comment, Proposal, Review, State
+from proposals.services import event_record
+from tests.factories import (
+    WALKTHROUGH_SPEC,
+    CommentFactory,
+    ProposalFactory,
+    ReviewFactory,
+    UserFactory,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _form(recipe: Any, **overrides: Any) -> dict[str, Any]:
+    data = {
+        "title": "Capacity factor ablation",
+        "summary": "Does a higher capacity factor lower the drop fraction?",
+        "recipe": recipe.pk,
+        "description": "We vary the **capacity factor**.",
+        "hypothesis": "A higher capacity factor lowers the drop fraction without hurting eval loss.",
+        "success_metric": "eval/loss",
+        "success_direction": "lower",
+        "success_threshold": "0.01",
+        "baseline": "",
+        "ablation_spec": WALKTHROUGH_SPEC,
+        "budget_accelerator_hours": "1",
+        "labels": "moe, capacity",
+    }
+    return data | overrides
+
+
+def _queries(client: Client, url: str) -> int:
+    with CaptureQueriesContext(connection) as ctx:
+        assert client.get(url).status_code == 200
+    return len(ctx.captured_queries)
+
+
+def test_list_is_public_and_shows_every_state(client: Client, recipe: Any) -> None:
+    for state in State.values:
+        ProposalFactory.create(recipe=recipe, state=state, title=f"Proposal in {state}")
+    response = client.get("/")
+    assert response.status_code == 200
+    for state in State.values:
+        assert f"Proposal in {state}".encode() in response.content
+
+
+def test_list_filters_find_failures(client: Client, recipe: Any) -> None:
+    ProposalFactory.create(
+        recipe=recipe, state=State.APPROVED, outcome="did_not_work", title="Failed idea"
+    )
+    ProposalFactory.create(recipe=recipe, state=State.APPROVED, outcome="worked", title="Good idea")
+    content = client.get("/?outcome=did_not_work").content
+    assert b"Failed idea" in content
+    assert b"Good idea" not in content
+
+
+def test_list_paginates(client: Client, recipe: Any) -> None:
+    ProposalFactory.create_batch(30, recipe=recipe)
+    first = client.get("/")
+    assert first.context["page"].paginator.num_pages == 2
+    assert len(first.context["page"].object_list) == 25
+    assert len(client.get("/?page=2").context["page"].object_list) == 5
+
+
+def test_list_query_count_does_not_grow(client: Client, recipe: Any) -> None:
+    for proposal in ProposalFactory.create_batch(2, recipe=recipe, state=State.SUBMITTED):
+        ReviewFactory.create(proposal=proposal)
+        proposal.labels.create(name=f"l{proposal.pk}")
+    few = _queries(client, "/")
+    for proposal in ProposalFactory.create_batch(10, recipe=recipe, state=State.SUBMITTED):
+        ReviewFactory.create_batch(2, proposal=proposal)
+        proposal.labels.create(name=f"l{proposal.pk}")
+    assert _queries(client, "/") == few
+
+
+def test_detail_is_public_and_shows_plan_reviews_timeline(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=contributor)
+    ReviewFactory.create(proposal=proposal, text="Solid plan, cheap to run.")
+    CommentFactory.create(proposal=proposal, body="Try top-2 as well?")
+    event_record(
+        proposal=proposal,
+        actor=contributor,
+        verb="submitted",
+        door="web",
+        from_state="draft",
+        to_state="submitted",
+    )
+    response = client.get(proposal.get_absolute_url())
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert proposal.hypothesis in content
+    assert "Solid plan, cheap to run." in content
+    assert "Try top-2 as well?" in content
+    assert "submitted" in content
+    assert response.context["preview_plan"].run_count == 4
+
+
+def test_detail_query_count_does_not_grow(client: Client, recipe: Any, contributor: Any) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=contributor)
+    ReviewFactory.create(proposal=proposal)
+    CommentFactory.create(proposal=proposal)
+    event_record(proposal=proposal, actor=contributor, verb="edited", door="web")
+    url = proposal.get_absolute_url()
+    few = _queries(client, url)
+    ReviewFactory.create_batch(4, proposal=proposal)
+    CommentFactory.create_batch(5, proposal=proposal)
+    for _ in range(5):
+        event_record(proposal=proposal, actor=UserFactory.create(), verb="edited", door="api")
+    assert _queries(client, url) == few
+
+
+def test_detail_renders_markdown_sanitized(client: Client, recipe: Any) -> None:
+    proposal = ProposalFactory.create(
+        recipe=recipe,
+        description='**bold** <script>alert("x")</script> [c](javascript:alert(1)) <img src=x onerror=alert(1)>',
+    )
+    content = client.get(proposal.get_absolute_url()).content.decode()
+    assert "<strong>bold</strong>" in content
+    assert '<script>alert("x")' not in content
+    assert "javascript:alert" not in content
+    assert "onerror" not in content
+
+
+def test_detail_of_missing_proposal_is_404(client: Client) -> None:
+    assert client.get("/proposals/999999/").status_code == 404
+
+
+def test_form_needs_an_account(client: Client) -> None:
+    response = client.get("/proposals/new/")
+    assert response.status_code == 302
+    assert "/accounts/login/" in response["Location"]
+
+
+def test_form_preview_shows_plan_and_stores_nothing(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    client.force_login(contributor)
+    response = client.post("/proposals/new/", {**_form(recipe), "preview": "1"})
+    assert response.status_code == 200
+    assert response.context["preview"]["plan"].run_count == 4
+    assert b"<strong>capacity factor</strong>" in response.content
+    assert Proposal.objects.count() == 0
+
+
+def test_form_names_unknown_parameter_inline(client: Client, recipe: Any, contributor: Any) -> None:
+    client.force_login(contributor)
+    spec = "axes:\n  capacity_factr: [1.0, 1.25]\n"
+    response = client.post("/proposals/new/", {**_form(recipe, ablation_spec=spec), "save": "1"})
+    assert response.status_code == 400
+    errors = response.context["form"].errors["ablation_spec"]
+    assert any("capacity_factr" in e and "capacity_factor" in e for e in errors)
+    assert b"capacity_factr" in response.content
+    assert Proposal.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("ablation_spec", "- just\n- a list\n"),
+        ("ablation_spec", "a: &x [1]\nb: *x\n"),
+        ("baseline", "weight_decay: -1\n"),
+        ("baseline", "[unclosed"),
+        ("success_metric", "not a metric!"),
+        ("pr_url", "javascript:alert(1)"),
+        ("title", ""),
+    ],
+)
+def test_form_refuses_bad_fields(
+    client: Client, recipe: Any, contributor: Any, field: str, value: str
+) -> None:
+    client.force_login(contributor)
+    response = client.post("/proposals/new/", {**_form(recipe, **{field: value}), "save": "1"})
+    assert response.status_code == 400
+    assert field in response.context["form"].errors
+    assert Proposal.objects.count() == 0
+
+
+def test_form_saves_a_draft_or_submits(client: Client, recipe: Any, contributor: Any) -> None:
+    client.force_login(contributor)
+    response = client.post("/proposals/new/", {**_form(recipe), "save": "1"})
+    assert response.status_code == 302
+    draft = Proposal.objects.get()
+    assert (draft.state, draft.author) == (State.DRAFT, contributor)
+    assert sorted(draft.labels.values_list("name", flat=True)) == ["capacity", "moe"]
+    client.post("/proposals/new/", {**_form(recipe, title="Second"), "submit": "1"})
+    assert Proposal.objects.get(title="Second").state == State.SUBMITTED
+
+
+def test_edit_by_author_and_refused_for_others(
+    client: Client, recipe: Any, contributor: Any, reviewer: Any
+) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, author=contributor)
+    client.force_login(reviewer)
+    assert (
+        client.post(f"/proposals/{proposal.pk}/edit/", _form(recipe, title="Hijack")).status_code
+        == 403
+    )
+    client.force_login(contributor)
+    assert client.get(f"/proposals/{proposal.pk}/edit/").status_code == 200
+    response = client.post(
+        f"/proposals/{proposal.pk}/edit/", {**_form(recipe, title="Sharper"), "save": "1"}
+    )
+    assert response.status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).title == "Sharper"
+
+
+def test_approve_button_for_maintainer(client: Client, recipe: Any, maintainer: Any) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    client.force_login(maintainer)
+    assert "approve" in [
+        name for name, _, _ in client.get(proposal.get_absolute_url()).context["actions"]
+    ]
+    response = client.post(f"/proposals/{proposal.pk}/transition/approve/", {"git_ref": "v1.2"})
+    assert response.status_code == 302
+    proposal.refresh_from_db()
+    assert (proposal.state, proposal.git_ref) == (State.APPROVED, "v1.2")
+    assert proposal.events.get(verb="approved").door == "web"
+
+
+def test_approve_refused_for_contributor_and_from_wrong_state(
+    client: Client, recipe: Any, contributor: Any, maintainer: Any
+) -> None:
+    submitted = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    client.force_login(contributor)
+    assert client.get(submitted.get_absolute_url()).context["actions"] == []
+    assert client.post(f"/proposals/{submitted.pk}/transition/approve/").status_code == 403
+    draft = ProposalFactory.create(recipe=recipe, state=State.DRAFT)
+    client.force_login(maintainer)
+    response = client.post(f"/proposals/{draft.pk}/transition/approve/")
+    assert response.status_code == 409
+    assert b"submitted" in response.content
+
+
+def test_reject_needs_a_reason_on_the_web(client: Client, recipe: Any, maintainer: Any) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    client.force_login(maintainer)
+    assert (
+        client.post(f"/proposals/{proposal.pk}/transition/reject/", {"reason": ""}).status_code
+        == 400
+    )
+    client.post(f"/proposals/{proposal.pk}/transition/reject/", {"reason": "Too costly."})
+    assert Proposal.objects.get(pk=proposal.pk).state == State.REJECTED
+
+
+def test_transitions_need_post_and_known_actions(
+    client: Client, recipe: Any, maintainer: Any
+) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    client.force_login(maintainer)
+    assert client.get(f"/proposals/{proposal.pk}/transition/approve/").status_code == 405
+    assert client.post(f"/proposals/{proposal.pk}/transition/explode/").status_code == 404
+
+
+def test_review_on_the_web_and_never_own(client: Client, recipe: Any, reviewer: Any) -> None:
+    other = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    own = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=reviewer)
+    client.force_login(reviewer)
+    body = {"score": "4", "recommendation": "approve", "text": "Good."}
+    assert client.post(f"/proposals/{other.pk}/review/", body).status_code == 302
+    assert client.post(f"/proposals/{own.pk}/review/", body).status_code == 403
+    assert client.get(own.get_absolute_url()).context["can_review"] is False
+    assert Review.objects.count() == 1
+
+
+def test_comment_on_the_web(client: Client, proposal: Proposal, reviewer: Any) -> None:
+    assert client.post(f"/proposals/{proposal.pk}/comment/", {"body": "hi"}).status_code == 302
+    assert Comment.objects.count() == 0  # anonymous: sent to sign in
+    client.force_login(reviewer)
+    response = client.post(f"/proposals/{proposal.pk}/comment/", {"body": "Nice idea."})
+    comment = Comment.objects.get()
+    assert response["Location"].endswith(f"#comment-{comment.pk}")
+
+
+def test_outcome_on_the_web(client: Client, recipe: Any, maintainer: Any, contributor: Any) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.APPROVED, author=contributor)
+    body = {"outcome": "did_not_work", "confidence": "exploratory", "conclusion": "No gain."}
+    client.force_login(contributor)
+    assert client.post(f"/proposals/{proposal.pk}/outcome/", body).status_code == 403
+    client.force_login(maintainer)
+    assert client.post(f"/proposals/{proposal.pk}/outcome/", body).status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).outcome == "did_not_work"
+
+
+def test_review_queue(client: Client, recipe: Any, reviewer: Any, contributor: Any) -> None:
+    waiting = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, title="Waiting")
+    ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=reviewer, title="Mine")
+    ProposalFactory.create(recipe=recipe, state=State.DRAFT, title="Not yet")
+    client.force_login(reviewer)
+    response = client.get("/proposals/review-queue/")
+    assert [p.pk for p in response.context["page"].object_list] == [waiting.pk]
+    client.force_login(contributor)
+    assert client.get("/proposals/review-queue/").status_code == 403
+
+
+def test_amendments_are_shown_beside_the_approved_text(
+    client: Client, recipe: Any, contributor: Any, maintainer: Any
+) -> None:
+    from proposals import services
+
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=contributor)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    services.proposal_update(
+        proposal_id=proposal.pk, actor=contributor, data={"hypothesis": "Changed my mind."}
+    )
+    content = client.get(proposal.get_absolute_url()).content.decode()
+    assert "A higher capacity factor lowers the drop fraction" in content
+    assert "Changed my mind." in content
+    assert content.count("Changed my mind.") >= 1
+
+
+def test_recipe_pages(client: Client, recipe: Any, maintainer: Any, contributor: Any) -> None:
+    assert b"tiny-moe" in client.get("/recipes/").content
+    detail = client.get(recipe.get_absolute_url())
+    assert detail.status_code == 200
+    assert b"capacity_factor" in detail.content
+    client.force_login(contributor)
+    assert client.get("/recipes/new/").status_code == 403
+    client.force_login(maintainer)
+    assert client.get("/recipes/new/").status_code == 200
