@@ -120,7 +120,7 @@ class ReviewForm(forms.ModelForm):
         model = Review
         fields = ["score", "recommendation", "text"]
         widgets = {
-            "score": forms.Select(choices=[(i, f"{i}/5") for i in range(1, 6)]),
+            "score": forms.Select(choices=[("", "Score…")] + [(i, f"{i}/5") for i in range(1, 6)]),
             "text": forms.Textarea(attrs={"rows": 4}),
         }
 

@@ -46,6 +46,17 @@ class FormulaError(ValueError):
     """A compute-model formula that cannot be parsed or evaluated."""
 
 
+def _apply(function: Callable[..., Any], args: list[float], node: ast.AST) -> float:
+    """One arithmetic step; whatever goes wrong in it (1 / 0, min(), ceil(inf)) is a FormulaError."""
+    try:
+        result = function(*args)
+    except (ArithmeticError, TypeError, ValueError) as exc:
+        raise FormulaError(f"'{ast.unparse(node)}': {exc}") from exc
+    if isinstance(result, complex):  # a negative number to a fractional power
+        raise FormulaError(f"'{ast.unparse(node)}' is not a real number")
+    return float(result)
+
+
 def _evaluate(node: ast.AST, names: Mapping[str, Any]) -> float:
     if isinstance(node, ast.Expression):
         return _evaluate(node.body, names)
@@ -64,12 +75,7 @@ def _evaluate(node: ast.AST, names: Mapping[str, Any]) -> float:
         left, right = _evaluate(node.left, names), _evaluate(node.right, names)
         if isinstance(node.op, ast.Pow) and abs(right) > 64:
             raise FormulaError("exponents above 64 are not allowed")
-        try:
-            return float(_BINARY[type(node.op)](left, right))
-        except (ZeroDivisionError, OverflowError) as exc:
-            raise FormulaError(str(exc)) from exc
-        except TypeError as exc:  # float() of a complex: a negative number to a fractional power
-            raise FormulaError(f"'{ast.unparse(node)}' is not a real number") from exc
+        return _apply(_BINARY[type(node.op)], [left, right], node)
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_evaluate(node.operand, names))
     if (
@@ -79,10 +85,7 @@ def _evaluate(node: ast.AST, names: Mapping[str, Any]) -> float:
         and not node.keywords
     ):
         args = [_evaluate(arg, names) for arg in node.args]
-        try:
-            return float(_FUNCTIONS[node.func.id](*args))
-        except (TypeError, ValueError, OverflowError) as exc:  # min(), ceil(1, 2), ceil(inf)
-            raise FormulaError(f"'{ast.unparse(node)}': {exc}") from exc
+        return _apply(_FUNCTIONS[node.func.id], args, node)
     raise FormulaError(f"'{ast.unparse(node)}' is not allowed in a formula")
 
 

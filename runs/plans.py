@@ -37,6 +37,7 @@ from runs.compute import FormulaError, RunCost, run_cost
 MAX_SPEC_BYTES = 64 * 1024
 SLUG_PATTERN = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 MAX_RUNS = 1024
+MAX_SEED = 2**31 - 1
 MAX_YAML_DEPTH = 32
 SPEC_KEYS = ("axes", "scales", "seeds")
 
@@ -183,11 +184,13 @@ def config_diff(baseline: Mapping[str, Any], config: Mapping[str, Any]) -> dict[
 
 
 class _NoAliasLoader(yaml.SafeLoader):
-    """A safe loader that refuses anchors and aliases (no billion-laughs expansion)."""
+    """A safe loader for specs: anchors and aliases are refused before loading (no
+    billion-laughs expansion), and dates stay strings so every value is plain JSON."""
 
 
-def _refuse_anchor(loader: yaml.SafeLoader, node: yaml.Node) -> Any:
-    raise yaml.YAMLError("anchors and aliases are not allowed")
+_NoAliasLoader.add_constructor(
+    "tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node)
+)
 
 
 _OPENING_TOKENS = (
@@ -251,9 +254,9 @@ def parse_spec(text: str) -> Spec:
         scales = []
     seeds = [] if data.get("seeds") is None else data["seeds"]
     if not isinstance(seeds, list) or not all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds
+        isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_SEED for s in seeds
     ):
-        errors.append("'seeds' must be a list of non-negative integers")
+        errors.append(f"'seeds' must be a list of integers from 0 to {MAX_SEED}")
         seeds = []
     if errors:
         raise PlanError({"ablation_spec": errors})

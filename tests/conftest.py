@@ -57,3 +57,11 @@ def _fast_password_hashing() -> None:
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     get_hashers.cache_clear()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache() -> None:
+    """Throttles and caches start empty in every test."""
+    from django.core.cache import cache
+
+    cache.clear()

@@ -48,3 +48,9 @@ def percent_of(value: float | None, total: float | None) -> str:
     if not value or not total:
         return "–"
     return f"{100 * value / total:.0f}%"
+
+
+@register.filter
+def entries(mapping: dict[str, Any] | None) -> list[tuple[str, Any]]:
+    """Key-value pairs of a dict, safe for keys such as 'items' that shadow methods."""
+    return sorted((mapping or {}).items())

@@ -82,7 +82,9 @@ def test_list_query_count_is_fixed(
 )
 def test_list_filters(api: APIClient, recipe: Any, query: str, expected: int) -> None:
     alice = UserFactory.create(username="alice")
-    ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=alice).labels.create(name="moe")
+    ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=alice).labels.create(
+        name="moe"
+    )
     ProposalFactory.create(recipe=recipe, state=State.DRAFT)
     ProposalFactory.create(recipe=recipe, state=State.REJECTED)
     assert api.get(f"/api/v1/proposals/?{query}").json()["count"] == expected
@@ -367,3 +369,12 @@ def test_schema_and_docs_are_served_without_cdn(api: APIClient) -> None:
     assert "swagger-ui" in html
     for cdn in ("cdn.", "unpkg", "jsdelivr"):
         assert cdn not in html
+
+
+def test_deeply_nested_json_is_a_400(api_as: Any, contributor: Any) -> None:
+    body = "[" * 100_000 + "]" * 100_000
+    response = api_as(contributor).post(
+        "/api/v1/proposals/", data=body, content_type="application/json"
+    )
+    assert response.status_code == 400
+    assert "nested too deeply" in response.json()["detail"]
