@@ -17,7 +17,7 @@ app.autodiscover_tasks()
 def _ensure_filesystem_broker_folders(sender: Celery, **kwargs: object) -> None:
     """The filesystem broker (the embedded default) needs its folders to exist."""
     options = sender.conf.broker_transport_options or {}
-    for key in ("data_folder_in", "data_folder_out", "processed_folder"):
+    for key in ("data_folder_in", "data_folder_out", "processed_folder", "control_folder"):
         folder = options.get(key)
         if folder:
             os.makedirs(folder, exist_ok=True)
