@@ -13,6 +13,11 @@ every status), otherwise a thread-per-client ``http.client`` loop that keeps eve
 latency. Prints requests/s, p50, p99, errors and whether p99 < --target-p99-ms with no
 errors. Gunicorn is always stopped at the end.
 
+Before each warm-up and each measured run it waits (up to --settle-timeout) for the CPUs
+to be idle for 3 s, so the backlog of the previous run, or someone else's test suite on a
+shared machine, is not billed to the page; the report shows the CPU seconds that gunicorn,
+PostgreSQL, the load generator and anything else used during each run.
+
 Exit status: 0 when every page answered without errors (whether or not it met the
 target), 1 when a page had errors (non-2xx or socket errors), 2 on a crash.
 """
@@ -46,13 +51,17 @@ VENV_PYTHON = ROOT / ".venv" / "bin" / "python"
 GUNICORN = ROOT / ".venv" / "bin" / "gunicorn"
 HOST = "127.0.0.1"  # the load only ever goes here
 DEFAULT_DB = "postgres://postgres@127.0.0.1:5432/marin_bench"
+REQUEST_TIMEOUT = 30  # seconds; a slower answer counts as an error (timeout)
 BENCH_PREFIX = "bench-"  # usernames of the seeded accounts
 
 # Re-run under the project's virtualenv when started with another interpreter.
-if Path(sys.prefix).resolve() != (ROOT / ".venv").resolve() and VENV_PYTHON.exists():
-    if os.environ.get("MARIN_BENCH_REEXEC") != "1":
-        os.environ["MARIN_BENCH_REEXEC"] = "1"
-        os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
+if (
+    Path(sys.prefix).resolve() != (ROOT / ".venv").resolve()
+    and VENV_PYTHON.exists()
+    and os.environ.get("MARIN_BENCH_REEXEC") != "1"
+):
+    os.environ["MARIN_BENCH_REEXEC"] = "1"
+    os.execv(str(VENV_PYTHON), [str(VENV_PYTHON), str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
 def log(message: str) -> None:
@@ -92,6 +101,50 @@ def cpu_times() -> tuple[int, int] | None:
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     total = sum(fields[:8])  # guest time is already counted in user
     return total - idle, total
+
+
+def process_ticks() -> dict[int, tuple[str, int, int]]:
+    """pid -> (command name, process group, user+system clock ticks), from /proc."""
+    out = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            raw = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        comm = raw[raw.index("(") + 1 : raw.rindex(")")]
+        rest = raw[raw.rindex(")") + 2 :].split()
+        out[int(entry)] = (comm, int(rest[2]), int(rest[11]) + int(rest[12]))
+    return out
+
+
+def cpu_split(
+    before: dict[int, tuple[str, int, int]],
+    after: dict[int, tuple[str, int, int]],
+    server_pgid: int,
+) -> dict[str, float]:
+    """CPU seconds spent during a run by gunicorn, PostgreSQL, the load generator and the rest."""
+    hz = os.sysconf("SC_CLK_TCK")
+    split = {"gunicorn": 0.0, "postgres": 0.0, "loader": 0.0, "other": 0.0}
+    others: dict[str, float] = {}
+    for pid, (comm, pgid, ticks) in after.items():
+        prior = before.get(pid)
+        used = ticks - (prior[2] if prior and prior[0] == comm else 0)
+        if pgid == server_pgid:
+            key = "gunicorn"
+        elif comm == "postgres":
+            key = "postgres"
+        elif comm == "wrk" or pid == os.getpid():
+            key = "loader"
+        else:
+            key = "other"
+            others[comm] = others.get(comm, 0.0) + used / hz
+        split[key] += used / hz
+    result = {k: round(v, 1) for k, v in split.items()}
+    top = sorted(others.items(), key=lambda kv: -kv[1])[:3]
+    result |= {f"  other:{comm}": round(sec, 1) for comm, sec in top if sec >= 0.5}
+    return result
 
 
 # ----------------------------------------------------------------------------- database
@@ -145,8 +198,18 @@ def setup_django(args: argparse.Namespace) -> None:
 # ----------------------------------------------------------------------------- seeding
 
 LABELS = [
-    "moe", "routing", "capacity", "data-mix", "optimizer", "scaling", "stability",
-    "baseline", "tokenizer", "eval", "long-context", "distillation",
+    "moe",
+    "routing",
+    "capacity",
+    "data-mix",
+    "optimizer",
+    "scaling",
+    "stability",
+    "baseline",
+    "tokenizer",
+    "eval",
+    "long-context",
+    "distillation",
 ]
 SPECS = {
     "tiny-moe": [
@@ -164,20 +227,96 @@ SPECS = {
 }
 # Share of each state among the seeded proposals (draft .. canceled).
 STATE_WEIGHTS = {
-    "draft": 10, "submitted": 25, "changes_requested": 10, "approved": 30,
-    "rejected": 10, "withdrawn": 8, "canceled": 7,
+    "draft": 10,
+    "submitted": 25,
+    "changes_requested": 10,
+    "approved": 30,
+    "rejected": 10,
+    "withdrawn": 8,
+    "canceled": 7,
 }
 TOPICS = [
-    "top-2 routing", "capacity factor 1.25", "a larger code share", "z-loss 1e-4",
-    "no warmup", "eight experts", "weight decay 0.1", "a math-heavy mix", "twice the tokens",
-    "shared experts", "router jitter", "expert dropout", "a longer context", "muP init",
+    "top-2 routing",
+    "capacity factor 1.25",
+    "a larger code share",
+    "z-loss 1e-4",
+    "no warmup",
+    "eight experts",
+    "weight decay 0.1",
+    "a math-heavy mix",
+    "twice the tokens",
+    "shared experts",
+    "router jitter",
+    "expert dropout",
+    "a longer context",
+    "muP init",
 ]
-WORDS = (
-    "the router sends each token to its top experts and the load balancing loss keeps the "
-    "experts busy while the capacity factor bounds how many tokens an expert may take per "
-    "batch so a higher factor drops fewer tokens at the price of memory and we measure eval "
-    "loss on paloma and the drop fraction at every scale of the ladder with two seeds"
-).split()
+WORDS = [
+    "the",
+    "router",
+    "sends",
+    "each",
+    "token",
+    "to",
+    "its",
+    "top",
+    "experts",
+    "and",
+    "the",
+    "load",
+    "balancing",
+    "loss",
+    "keeps",
+    "the",
+    "experts",
+    "busy",
+    "while",
+    "the",
+    "capacity",
+    "factor",
+    "bounds",
+    "how",
+    "many",
+    "tokens",
+    "an",
+    "expert",
+    "may",
+    "take",
+    "per",
+    "batch",
+    "so",
+    "a",
+    "higher",
+    "factor",
+    "drops",
+    "fewer",
+    "tokens",
+    "at",
+    "the",
+    "price",
+    "of",
+    "memory",
+    "and",
+    "we",
+    "measure",
+    "eval",
+    "loss",
+    "on",
+    "paloma",
+    "and",
+    "the",
+    "drop",
+    "fraction",
+    "at",
+    "every",
+    "scale",
+    "of",
+    "the",
+    "ladder",
+    "with",
+    "two",
+    "seeds",
+]
 
 
 def sentence(rng: random.Random, n: int) -> str:
@@ -188,13 +327,20 @@ def sentence(rng: random.Random, n: int) -> str:
 
 def description(rng: random.Random) -> str:
     """Markdown of roughly 0.6-2 kB: a heading, paragraphs, a list, sometimes code or a table."""
-    parts = ["## Motivation", " ".join(sentence(rng, rng.randint(10, 25)) for _ in range(rng.randint(2, 4)))]
+    parts = [
+        "## Motivation",
+        " ".join(sentence(rng, rng.randint(10, 25)) for _ in range(rng.randint(2, 4))),
+    ]
     parts.append("## Plan")
-    parts.append("\n".join(f"- {sentence(rng, rng.randint(5, 12))}" for _ in range(rng.randint(2, 5))))
+    parts.append(
+        "\n".join(f"- {sentence(rng, rng.randint(5, 12))}" for _ in range(rng.randint(2, 5)))
+    )
     if rng.random() < 0.5:
         parts.append("```yaml\naxes:\n  capacity_factor: [1.0, 1.25]\nseeds: [0, 1]\n```")
     if rng.random() < 0.3:
-        parts.append("| scale | tokens | hours |\n|---|---|---|\n| small | 2M | 0.1 |\n| medium | 8M | 0.4 |")
+        parts.append(
+            "| scale | tokens | hours |\n|---|---|---|\n| small | 2M | 0.1 |\n| medium | 8M | 0.4 |"
+        )
     parts.append(" ".join(sentence(rng, rng.randint(8, 20)) for _ in range(rng.randint(1, 3))))
     return "\n\n".join(parts)
 
@@ -226,7 +372,9 @@ def truncate_proposals() -> None:
         cursor.execute(f"TRUNCATE {', '.join(tables)} RESTART IDENTITY CASCADE")
 
 
-def seed(target: int, reviews_per: int, events_per: int, reseed: bool) -> dict[str, int]:
+def seed(  # noqa: PLR0915 (one straight-line recipe)
+    target: int, reviews_per: int, events_per: int, reseed: bool
+) -> dict[str, int]:
     from django.contrib.auth import get_user_model
     from django.contrib.auth.hashers import make_password
     from django.db import connection, transaction
@@ -254,7 +402,9 @@ def seed(target: int, reviews_per: int, events_per: int, reseed: bool) -> dict[s
         names = [f"{BENCH_PREFIX}author{i}" for i in range(1, 9)] + [
             f"{BENCH_PREFIX}reviewer{i}" for i in range(1, 5)
         ]
-        existing = set(user_model.objects.filter(username__in=names).values_list("username", flat=True))
+        existing = set(
+            user_model.objects.filter(username__in=names).values_list("username", flat=True)
+        )
         user_model.objects.bulk_create(
             [
                 user_model(username=n, email=f"{n}@example.org", password=password)
@@ -308,13 +458,17 @@ def seed(target: int, reviews_per: int, events_per: int, reseed: bool) -> dict[s
                         budget_accelerator_hours=rng.choice([None, 10.0, 100.0, 5000.0]),
                         author=rng.choice(authors),
                         state=state,
-                        submitted_at=None if state == State.DRAFT else created + dt.timedelta(hours=2),
+                        submitted_at=None
+                        if state == State.DRAFT
+                        else created + dt.timedelta(hours=2),
                         decided_at=decided
                         if state in {State.APPROVED, State.REJECTED, State.CANCELED}
                         else None,
                         outcome=outcome,
                         conclusion=sentence(rng, 20) if outcome else "",
-                        confidence=rng.choice(["exploratory", "replicated", "stable"]) if outcome else "",
+                        confidence=rng.choice(["exploratory", "replicated", "stable"])
+                        if outcome
+                        else "",
                         concluded_at=decided + dt.timedelta(days=10) if outcome else None,
                         created_at=created,
                         updated_at=decided,
@@ -336,12 +490,21 @@ def seed(target: int, reviews_per: int, events_per: int, reseed: bool) -> dict[s
                 if p.state != State.DRAFT:
                     for reviewer in rng.sample(reviewers, min(reviews_per, len(reviewers))):
                         score = rng.randint(1, 5)
-                        rec = "approve" if score >= 4 else ("request_changes" if score >= 2 else "reject")
+                        rec = (
+                            "approve"
+                            if score >= 4
+                            else ("request_changes" if score >= 2 else "reject")
+                        )
                         when = t + dt.timedelta(hours=rng.uniform(3, 48))
                         reviews.append(
                             Review(
-                                proposal_id=p.pk, reviewer=reviewer, score=score, recommendation=rec,
-                                text=sentence(rng, rng.randint(10, 40)), created_at=when, updated_at=when,
+                                proposal_id=p.pk,
+                                reviewer=reviewer,
+                                score=score,
+                                recommendation=rec,
+                                text=sentence(rng, rng.randint(10, 40)),
+                                created_at=when,
+                                updated_at=when,
                             )
                         )
                 path = [("created", "", State.DRAFT)]
@@ -355,9 +518,14 @@ def seed(target: int, reviews_per: int, events_per: int, reseed: bool) -> dict[s
                 for k, (verb, src, dst) in enumerate(path[:events_per]):
                     events.append(
                         Event(
-                            proposal_id=p.pk, actor=p.author if k < 2 else rng.choice(reviewers),
-                            actor_label="", verb=verb, from_state=src, to_state=dst,
-                            message=sentence(rng, 8) if k == 2 else "", door=Door.WEB,
+                            proposal_id=p.pk,
+                            actor=p.author if k < 2 else rng.choice(reviewers),
+                            actor_label="",
+                            verb=verb,
+                            from_state=src,
+                            to_state=dst,
+                            message=sentence(rng, 8) if k == 2 else "",
+                            door=Door.WEB,
                             created_at=t + dt.timedelta(hours=k * 5),
                         )
                     )
@@ -389,7 +557,9 @@ def pick_detail_proposal() -> int:
     from proposals.models import Proposal, State
 
     qs = (
-        Proposal.objects.annotate(rc=Count("reviews", distinct=True), ec=Count("events", distinct=True))
+        Proposal.objects.annotate(
+            rc=Count("reviews", distinct=True), ec=Count("events", distinct=True)
+        )
         .filter(rc__gte=1, ec__gte=1)
         .order_by("-rc", "-ec", "-created_at")
     )
@@ -438,9 +608,20 @@ class Server:
     def command(self) -> list[str]:
         a = self.args
         cmd = [
-            str(GUNICORN), "marin_site.wsgi", "-b", f"{HOST}:{a.port}", "-w", str(a.workers),
-            "-k", a.worker_class, "--timeout", "60", "--graceful-timeout", "10",
-            "--error-logfile", str(self.log_path),
+            str(GUNICORN),
+            a.wsgi,
+            "-b",
+            f"{HOST}:{a.port}",
+            "-w",
+            str(a.workers),
+            "-k",
+            a.worker_class,
+            "--timeout",
+            "60",
+            "--graceful-timeout",
+            "10",
+            "--error-logfile",
+            str(self.log_path),
         ]
         if a.worker_class == "gthread":
             cmd += ["--threads", str(a.threads)]
@@ -452,19 +633,29 @@ class Server:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         log("$ " + shlex.join(self.command()) + f"   (log: {self.log_path})")
         self.proc = subprocess.Popen(
-            self.command(), cwd=ROOT, env=django_env(self.args), start_new_session=True,
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            self.command(),
+            cwd=ROOT,
+            env=django_env(self.args),
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"gunicorn exited with {self.proc.returncode}; see {self.log_path}")
+                raise RuntimeError(
+                    f"gunicorn exited with {self.proc.returncode}; see {self.log_path}"
+                )
             with contextlib.suppress(OSError, http.client.HTTPException):
                 status, _ = fetch("/healthz", timeout=5)
                 log(f"gunicorn answers (/healthz {status})")
                 return
             time.sleep(0.3)
         raise RuntimeError(f"gunicorn did not answer within 60 s; see {self.log_path}")
+
+    @property
+    def pgid(self) -> int:
+        return self.proc.pid if self.proc else -1
 
     def stop(self) -> None:
         proc, self.proc = self.proc, None
@@ -517,7 +708,8 @@ class Result:
     statuses: dict[str, int] = field(default_factory=dict)
     socket_errors: dict[str, int] = field(default_factory=dict)
     cpu_busy_pct: float | None = None
-    loader_cpu_s: float | None = None
+    busy_before_pct: float | None = None
+    cpu_seconds: dict[str, float] = field(default_factory=dict)
 
     @property
     def rps(self) -> float:
@@ -557,22 +749,45 @@ end
 """
 
 
-def run_wrk(name: str, path: str, clients: int, duration: float, threads: int, lua: Path) -> Result:
+def run_wrk(  # noqa: PLR0917
+    name: str, path: str, clients: int, duration: float, threads: int, lua: Path
+) -> Result:
     cmd = [
-        shutil.which("wrk") or "wrk", "-t", str(min(threads, clients)), "-c", str(clients),
-        "-d", f"{duration:g}s", "--timeout", "10s", "-s", str(lua), f"http://{HOST}:{PORT}{path}",
+        shutil.which("wrk") or "wrk",
+        "-t",
+        str(min(threads, clients)),
+        "-c",
+        str(clients),
+        "-d",
+        f"{duration:g}s",
+        "--timeout",
+        f"{REQUEST_TIMEOUT}s",
+        "-s",
+        str(lua),
+        f"http://{HOST}:{PORT}{path}",
     ]
     log("$ " + shlex.join(cmd))
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=duration + 60, check=False)
+    out = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=duration + REQUEST_TIMEOUT + 30, check=False
+    )
     line = next((ln for ln in out.stdout.splitlines() if ln.startswith("BENCH_JSON ")), None)
     if out.returncode != 0 or line is None:
-        raise RuntimeError(f"wrk failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}")
+        raise RuntimeError(
+            f"wrk failed ({out.returncode}): {out.stderr.strip() or out.stdout.strip()}"
+        )
     data = json.loads(line.removeprefix("BENCH_JSON "))
     return Result(
-        name=name, path=path, loader="wrk", requests=data["requests"],
-        duration_s=data["duration_us"] / 1e6, p50_ms=data["p50_us"] / 1000,
-        p90_ms=data["p90_us"] / 1000, p99_ms=data["p99_us"] / 1000, max_ms=data["max_us"] / 1000,
-        statuses=data["statuses"], socket_errors={k: v for k, v in data["errors"].items() if v},
+        name=name,
+        path=path,
+        loader="wrk",
+        requests=data["requests"],
+        duration_s=data["duration_us"] / 1e6,
+        p50_ms=data["p50_us"] / 1000,
+        p90_ms=data["p90_us"] / 1000,
+        p99_ms=data["p99_us"] / 1000,
+        max_ms=data["max_us"] / 1000,
+        statuses=data["statuses"],
+        socket_errors={k: v for k, v in data["errors"].items() if v},
     )
 
 
@@ -583,7 +798,7 @@ def run_python(name: str, path: str, clients: int, duration: float) -> Result:
     deadline = [0.0]
 
     def client(out: list[tuple[float, str]]) -> None:
-        conn = http.client.HTTPConnection(HOST, PORT, timeout=10)
+        conn = http.client.HTTPConnection(HOST, PORT, timeout=REQUEST_TIMEOUT)
         start_gate.wait()
         while True:
             t0 = time.perf_counter()
@@ -611,12 +826,14 @@ def run_python(name: str, path: str, clients: int, duration: float) -> Result:
     deadline[0] = begin + duration
     start_gate.wait()
     for t in threads:
-        t.join(timeout=duration + 30)
+        t.join(timeout=duration + REQUEST_TIMEOUT + 5)
     elapsed = time.perf_counter() - begin
     sys.setswitchinterval(old_interval)
 
     latencies = sorted(lat for s in samples for lat, _ in s)
-    result = Result(name=name, path=path, loader="python", requests=len(latencies), duration_s=elapsed)
+    result = Result(
+        name=name, path=path, loader="python", requests=len(latencies), duration_s=elapsed
+    )
     for s in samples:
         for _, status in s:
             bucket = result.statuses if status.isdigit() else result.socket_errors
@@ -634,36 +851,68 @@ def percentile(ordered: list[float], p: float) -> float:
     return ordered[max(0, math.ceil(p / 100 * len(ordered)) - 1)]
 
 
-def drive(name: str, path: str, args: argparse.Namespace, lua: Path | None) -> Result:
+def settle(limit: float, quiet_seconds: int = 3) -> float | None:
+    """Wait until the CPUs are mostly idle for a few seconds; return the last second's busy %.
+
+    Gunicorn finishes the requests still in its backlog after a load run stops, and those
+    must not be billed to the next run; other work on the machine (a test suite...) would
+    skew the figures, so the report shows what was measured here."""
+    deadline = time.monotonic() + limit
+    quiet = 0
+    while True:
+        before = cpu_times()
+        time.sleep(1)
+        after = cpu_times()
+        if not before or not after or after[1] <= before[1]:
+            return None
+        busy = 100 * (after[0] - before[0]) / (after[1] - before[1])
+        quiet = quiet + 1 if busy < 15 else 0
+        if quiet >= quiet_seconds:
+            return round(busy)
+        if time.monotonic() >= deadline:
+            log(f"the CPUs are still {busy:.0f}% busy after {limit:g} s; measuring anyway")
+            return round(busy)
+
+
+def drive(
+    name: str, path: str, args: argparse.Namespace, lua: Path | None, server_pgid: int
+) -> Result:
+    idle_busy = settle(args.settle_timeout)
     if args.warmup > 0:
         log(f"warming up {path} for {args.warmup:g} s")
         if lua is not None:
             run_wrk(name, path, args.clients, args.warmup, args.wrk_threads, lua)
         else:
             run_python(name, path, args.clients, args.warmup)
+        idle_busy = settle(args.settle_timeout)
     log(f"driving {path}: {args.clients} clients for {args.duration:g} s")
     before_cpu = cpu_times()
+    before_procs = process_ticks()
     before_children = os.times()
     if lua is not None:
         result = run_wrk(name, path, args.clients, args.duration, args.wrk_threads, lua)
-        after_children = os.times()
-        result.loader_cpu_s = round(
-            (after_children.children_user + after_children.children_system)
-            - (before_children.children_user + before_children.children_system), 1
-        )
     else:
         result = run_python(name, path, args.clients, args.duration)
-        after_children = os.times()
-        result.loader_cpu_s = round(
-            (after_children.user + after_children.system) - (before_children.user + before_children.system), 1
-        )
+    result.busy_before_pct = idle_busy
+    result.cpu_seconds = cpu_split(before_procs, process_ticks(), server_pgid)
+    after_children = os.times()  # wrk has exited: its CPU time is in our children's
+    result.cpu_seconds["loader"] = round(
+        result.cpu_seconds["loader"]
+        + (after_children.children_user + after_children.children_system)
+        - (before_children.children_user + before_children.children_system),
+        1,
+    )
     after_cpu = cpu_times()
     if before_cpu and after_cpu and after_cpu[1] > before_cpu[1]:
-        result.cpu_busy_pct = round(100 * (after_cpu[0] - before_cpu[0]) / (after_cpu[1] - before_cpu[1]))
+        result.cpu_busy_pct = round(
+            100 * (after_cpu[0] - before_cpu[0]) / (after_cpu[1] - before_cpu[1])
+        )
     return result
 
 
-def wait_until_pages_render(paths: dict[str, str], server: Server, args: argparse.Namespace) -> None:
+def wait_until_pages_render(
+    paths: dict[str, str], server: Server, args: argparse.Namespace
+) -> None:
     """Templates may still be on their way: on a 5xx, wait, re-collect static, restart, retry."""
     deadline = time.monotonic() + args.wait_for_pages
     while True:
@@ -696,9 +945,14 @@ def fmt(value: float | None, digits: int = 1) -> str:
     return f"{value:,.{digits}f}"
 
 
-def report(
-    results: list[Result], info: dict[str, Any], args: argparse.Namespace, rows: dict[str, int],
-    queries: dict[str, dict[str, Any]], command: str, server_cmd: str,
+def report(  # noqa: PLR0917
+    results: list[Result],
+    info: dict[str, Any],
+    args: argparse.Namespace,
+    rows: dict[str, int],
+    queries: dict[str, dict[str, Any]],
+    command: str,
+    server_cmd: str,
 ) -> str:
     target = args.target_p99_ms
     lines = [
@@ -714,7 +968,7 @@ def report(
         f"target:    p99 < {target:g} ms and no errors",
         "",
         f"{'page':<10} {'path':<24} {'req/s':>8} {'p50 ms':>8} {'p90 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-        f"{'errors':>7} {'cpu%':>5} {'queries':>7}  target",
+        f"{'errors':>7} {'cpu%':>5} {'pre%':>5} {'queries':>7}  target",
     ]
     for r in results:
         q = queries.get(r.name, {})
@@ -722,12 +976,15 @@ def report(
         lines.append(
             f"{r.name:<10} {r.path:<24} {fmt(r.rps):>8} {fmt(r.p50_ms):>8} {fmt(r.p90_ms):>8} "
             f"{fmt(r.p99_ms):>8} {fmt(r.max_ms):>8} {r.errors:>7} {fmt(r.cpu_busy_pct, 0):>5} "
-            f"{q.get('queries', '-')!s:>7}  {'MET' if ok else 'MISSED'}"
+            f"{fmt(r.busy_before_pct, 0):>5} {q.get('queries', '-')!s:>7}  {'MET' if ok else 'MISSED'}"
         )
         if r.errors:
             lines.append(f"{'':<10} statuses {r.statuses} socket errors {r.socket_errors}")
     lines.append("")
-    lines.append("cpu% = all-CPU busy share during the run (server, PostgreSQL and load generator);")
+    lines.append(
+        "cpu% = all-CPU busy share during the run (server, PostgreSQL and load generator); "
+        "pre% = busy share in the second before it (other work on the machine)"
+    )
     lines.append(
         "queries/in-process = one anonymous request through django.test.Client: "
         + "; ".join(
@@ -736,11 +993,20 @@ def report(
             for n, q in queries.items()
         )
     )
-    lines.append("load generator CPU: " + ", ".join(f"{r.name} {fmt(r.loader_cpu_s)} s" for r in results))
+    lines.append(
+        "CPU seconds during each run: "
+        + "; ".join(
+            f"{r.name}: " + ", ".join(f"{k.strip()} {v:g}" for k, v in r.cpu_seconds.items())
+            for r in results
+        )
+        + " (other > 0 means something else ran on the machine meanwhile)"
+    )
     lines.append("")
     lines.append("markdown:")
     lines.append("")
-    lines.append("| page | path | requests/s | p50 (ms) | p99 (ms) | errors | p99 < %g ms, no errors |" % target)
+    lines.append(
+        f"| page | path | requests/s | p50 (ms) | p99 (ms) | errors | p99 < {target:g} ms, no errors |"
+    )
     lines.append("|---|---|---:|---:|---:|---:|---|")
     for r in results:
         ok = r.errors == 0 and r.p99_ms < target
@@ -757,30 +1023,56 @@ def report(
 def parse_args(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--database-url", default=DEFAULT_DB)
-    p.add_argument("--proposals", type=int, default=10_000, help="proposals to seed (default 10000)")
-    p.add_argument("--reviews-per-proposal", type=int, default=2, help="for every non-draft proposal")
+    p.add_argument(
+        "--proposals", type=int, default=10_000, help="proposals to seed (default 10000)"
+    )
+    p.add_argument(
+        "--reviews-per-proposal", type=int, default=2, help="for every non-draft proposal"
+    )
     p.add_argument("--events-per-proposal", type=int, default=3)
     p.add_argument("--reseed", action="store_true", help="truncate the proposals and seed again")
     p.add_argument("--clients", type=int, default=32)
     p.add_argument("--duration", type=float, default=20, help="seconds per page (default 20)")
     p.add_argument("--warmup", type=float, default=3, help="unmeasured seconds before each page")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--workers", type=int, default=3, help="gunicorn workers (default 3 on 2 cores)")
-    p.add_argument("--threads", type=int, default=2, help="threads per gthread worker")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=3,
+        help="gunicorn workers (default 3: README production command, 2 cores)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=4, help="threads per gthread worker (default 4, as README)"
+    )
     p.add_argument("--worker-class", default="gthread", choices=["gthread", "sync"])
+    p.add_argument(
+        "--wsgi", default="marin_site.wsgi", help="WSGI module for gunicorn (to try a variant)"
+    )
     p.add_argument("--loader", default="auto", choices=["auto", "wrk", "python"])
     p.add_argument("--wrk-threads", type=int, default=1)
     p.add_argument("--target-p99-ms", type=float, default=100)
-    p.add_argument("--pages", default="list,detail,api", help="comma-separated subset of list,detail,api")
-    p.add_argument("--wait-for-pages", type=float, default=0,
-                   help="seconds to keep retrying while a page answers 5xx (default 0)")
+    p.add_argument(
+        "--pages", default="list,detail,api", help="comma-separated subset of list,detail,api"
+    )
+    p.add_argument(
+        "--wait-for-pages",
+        type=float,
+        default=0,
+        help="seconds to keep retrying while a page answers 5xx (default 0)",
+    )
     p.add_argument("--retry-every", type=float, default=60)
+    p.add_argument(
+        "--settle-timeout",
+        type=float,
+        default=120,
+        help="before each run, wait up to this long for the CPUs to be < 15%% busy",
+    )
     p.add_argument("--json", type=Path, help="also write the figures here")
     return p.parse_args(argv)
 
 
 def main(argv: list[str]) -> int:
-    global PORT
+    global PORT  # noqa: PLW0603 (fetch() and the loaders read it)
     args = parse_args(argv)
     PORT = args.port
     command = ".venv/bin/python bench/pages.py" + ("" if not argv else " " + shlex.join(argv))
@@ -803,6 +1095,8 @@ def main(argv: list[str]) -> int:
     detail_id = pick_detail_proposal()
     all_paths = {"list": "/", "detail": f"/proposals/{detail_id}/", "api": "/api/v1/proposals/"}
     wanted = [n.strip() for n in args.pages.split(",") if n.strip()]
+    if not wanted or set(wanted) - set(all_paths):
+        raise SystemExit(f"--pages: choose among {', '.join(all_paths)}")
     paths = {n: all_paths[n] for n in wanted}
     connection.close()
 
@@ -820,9 +1114,11 @@ def main(argv: list[str]) -> int:
         connection.close()
         log(f"per-request profile: {queries}")
         for name, path in paths.items():
-            results.append(drive(name, path, args, lua))
+            results.append(drive(name, path, args, lua, server.pgid))
             r = results[-1]
-            log(f"{name}: {r.rps:.1f} req/s, p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, errors {r.errors}")
+            log(
+                f"{name}: {r.rps:.1f} req/s, p50 {r.p50_ms:.1f} ms, p99 {r.p99_ms:.1f} ms, errors {r.errors}"
+            )
     finally:
         server.stop()
         lua_dir.cleanup()
@@ -832,10 +1128,14 @@ def main(argv: list[str]) -> int:
         args.json.write_text(
             json.dumps(
                 {
-                    "info": info, "command": command, "rows": rows, "queries": queries,
+                    "info": info,
+                    "command": command,
+                    "rows": rows,
+                    "queries": queries,
                     "results": [r.__dict__ | {"rps": r.rps, "errors": r.errors} for r in results],
                 },
-                indent=2, default=str,
+                indent=2,
+                default=str,
             )
         )
     return 1 if any(r.errors for r in results) else 0

@@ -4,15 +4,30 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from proposals.api import CommentViewSet, ProposalViewSet, ReviewViewSet
-from runs.api import PlanPreviewView, RecipeViewSet
+from runs.api import (
+    PlanPreviewView,
+    RecipeViewSet,
+    RunHeartbeatView,
+    RunMetricsView,
+    RunStatusView,
+    RunTrackerImportView,
+    RunViewSet,
+)
 
 router = DefaultRouter()
 router.register("proposals", ProposalViewSet, basename="proposal")
 router.register("reviews", ReviewViewSet, basename="review")
 router.register("comments", CommentViewSet, basename="comment")
 router.register("recipes", RecipeViewSet, basename="recipe")
+router.register("runs", RunViewSet, basename="run")
 
 urlpatterns = [
     path("plans/preview/", PlanPreviewView.as_view(), name="plan-preview"),
+    path("runs/<int:pk>/metrics/", RunMetricsView.as_view(), name="run-metrics"),
+    path("runs/<int:pk>/heartbeat/", RunHeartbeatView.as_view(), name="run-heartbeat"),
+    path("runs/<int:pk>/status/", RunStatusView.as_view(), name="run-status"),
+    path(
+        "runs/<int:pk>/tracker-metrics/", RunTrackerImportView.as_view(), name="run-tracker-metrics"
+    ),
     *router.urls,
 ]

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse
 
 # Paths whose own cap differs from REQUEST_BODY_CAP (GitHub sends webhooks up to 25 MB).
-PATH_BODY_CAPS: dict[str, int] = {}
+PATH_BODY_CAPS: dict[str, int] = {"/github/webhook/": 25 * 1024 * 1024}
 
 
 def body_cap_for(path: str) -> int:

@@ -183,6 +183,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
@@ -194,6 +195,51 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_TIMEZONE = TIME_ZONE
 
+# Runs: executors, limits and the reconciler (a Celery beat task).
+RUNS_DEFAULT_EXECUTOR = os.environ.get("RUNS_DEFAULT_EXECUTOR", "local")
+RUNS_EXECUTOR_MAX_CONCURRENT = {
+    "local": int(os.environ.get("RUNS_LOCAL_MAX_CONCURRENT", "2")),
+    "ray": int(os.environ.get("RUNS_RAY_MAX_CONCURRENT", "8")),
+}
+RUNS_PLAN_MAX_CONCURRENT = int(os.environ.get("RUNS_PLAN_MAX_CONCURRENT", "4"))
+RUNS_MAX_ATTEMPTS = int(os.environ.get("RUNS_MAX_ATTEMPTS", "3"))
+RUNS_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("RUNS_HEARTBEAT_TIMEOUT_SECONDS", "300"))
+RUNS_TIME_LIMIT_SECONDS = int(os.environ.get("RUNS_TIME_LIMIT_SECONDS", "3600"))
+RUNS_LOCAL_GRACE_SECONDS = float(os.environ.get("RUNS_LOCAL_GRACE_SECONDS", "10"))
+RUNS_WORK_DIR = Path(os.environ.get("RUNS_WORK_DIR", VAR_DIR / "runs"))
+RUNS_API_URL = os.environ.get("RUNS_API_URL", f"{SITE_URL}/api/v1/")
+RUNS_SECRET_ENV = env_list("RUNS_SECRET_ENV", "WANDB_API_KEY")
+RUNS_METRICS_MAX_POINTS = int(os.environ.get("RUNS_METRICS_MAX_POINTS", "1000"))
+RUNS_METRICS_RATE_PER_MINUTE = int(os.environ.get("RUNS_METRICS_RATE_PER_MINUTE", "600"))
+RUNS_RECONCILE_SECONDS = float(os.environ.get("RUNS_RECONCILE_SECONDS", "30"))
+RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
+RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
+CELERY_BEAT_SCHEDULE = {
+    "runs-reconcile": {"task": "runs.reconcile", "schedule": RUNS_RECONCILE_SECONDS},
+}
+
+# GitHub issue sync (proposals/github/): off unless GITHUB_TOKEN and GITHUB_REPOSITORY are set.
+GITHUB_REPOSITORY = os.environ.get("GITHUB_REPOSITORY", "")
+GITHUB_API_URL = os.environ.get("GITHUB_API_URL", "https://api.github.com").rstrip("/")
+GITHUB_TOKEN = os.environ.get("GITHUB_TOKEN", "")
+GITHUB_WEBHOOK_SECRET = os.environ.get("GITHUB_WEBHOOK_SECRET", "")
+GITHUB_BOT_LOGIN = os.environ.get("GITHUB_BOT_LOGIN", "")
+GITHUB_MAINTAINERS = env_list("GITHUB_MAINTAINERS")
+GITHUB_REVIEWERS = env_list("GITHUB_REVIEWERS")
+GITHUB_ISSUE_RECIPE = os.environ.get("GITHUB_ISSUE_RECIPE", "")
+GITHUB_TIMEOUT_SECONDS = int(os.environ.get("GITHUB_TIMEOUT_SECONDS", "10"))
+GITHUB_SECONDS_BETWEEN_WRITES = float(os.environ.get("GITHUB_SECONDS_BETWEEN_WRITES", "1.0"))
+GITHUB_OUTBOX_MAX_ATTEMPTS = int(os.environ.get("GITHUB_OUTBOX_MAX_ATTEMPTS", "12"))
+GITHUB_OUTBOX_BACKOFF_SECONDS = float(os.environ.get("GITHUB_OUTBOX_BACKOFF_SECONDS", "5"))
+GITHUB_OUTBOX_BACKOFF_MAX_SECONDS = float(
+    os.environ.get("GITHUB_OUTBOX_BACKOFF_MAX_SECONDS", "3600")
+)
+GITHUB_FAKE_PORT = int(os.environ.get("GITHUB_FAKE_PORT", "8765"))
+CELERY_BEAT_SCHEDULE["github-outbox-reconcile"] = {
+    "task": "proposals.github_outbox_reconcile",
+    "schedule": float(os.environ.get("GITHUB_OUTBOX_RECONCILE_SECONDS", "30")),
+}
+
 # Django REST framework and the OpenAPI schema.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -201,6 +247,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticatedOrReadOnly"],
+    "DEFAULT_PARSER_CLASSES": [
+        "marin_site.parsers.SafeJSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_THROTTLE_RATES": {"plan-preview": os.environ.get("PLAN_PREVIEW_RATE", "60/min")},
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 25,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

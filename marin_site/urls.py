@@ -3,11 +3,14 @@ from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from marin_site import views
+from runs import views as run_views
 
 urlpatterns = [
     path("", include("proposals.urls")),
     path("recipes/", include("runs.urls")),
+    path("runs/<int:pk>/", run_views.run_detail, name="run-page"),
     path("healthz", views.healthz, name="healthz"),
+    path("github/", include("proposals.github.urls")),
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("marin_site.api_urls")),

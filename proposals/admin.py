@@ -1,7 +1,19 @@
+from typing import Any
+
 from django.contrib import admin
 from django.db import models
 
-from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
+from proposals.models import (
+    Amendment,
+    Comment,
+    Event,
+    GitHubOutbox,
+    Label,
+    OutboxState,
+    Proposal,
+    Review,
+    WebhookDelivery,
+)
 
 
 class ReviewInline(admin.TabularInline):
@@ -40,3 +52,36 @@ class EventAdmin(admin.ModelAdmin):
 
 admin.site.register(Label)
 admin.site.register(Amendment)
+
+
+@admin.register(GitHubOutbox)
+class GitHubOutboxAdmin(admin.ModelAdmin):
+    """GitHub writes; the action puts failed ones back in line (as the maintainer page does)."""
+
+    list_display = [
+        "id",
+        "proposal",
+        "operation",
+        "state",
+        "attempts",
+        "next_attempt_at",
+        "sent_at",
+    ]
+    list_filter = ["state", "operation"]
+    search_fields = ["idempotency_key", "last_error"]
+    raw_id_fields = ["proposal"]
+    actions = ["retry"]
+
+    @admin.action(description="Retry the selected failed writes")
+    def retry(self, request: Any, queryset: Any) -> None:
+        from proposals.github.outbox import outbox_retry
+
+        for row in queryset.filter(state=OutboxState.FAILED):
+            outbox_retry(row_id=row.pk)
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    list_display = ["delivery_id", "event", "action", "outcome", "received_at", "processed_at"]
+    list_filter = ["event", "outcome"]
+    search_fields = ["delivery_id", "detail"]

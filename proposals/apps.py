@@ -8,3 +8,12 @@ class ProposalsConfig(AppConfig):
 
     def ready(self) -> None:
         from proposals import permissions  # noqa: F401  (registers the rules)
+        from proposals.github import receivers  # GitHub sync: listens to what runs/ announces
+        from runs import signals as run_signals
+
+        run_signals.run_state_changed.connect(
+            receivers.on_run_state_changed, dispatch_uid="proposals.github.run_state_changed"
+        )
+        run_signals.plan_finished.connect(
+            receivers.on_plan_finished, dispatch_uid="proposals.github.plan_finished"
+        )

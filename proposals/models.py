@@ -119,6 +119,26 @@ class Proposal(models.Model):
     confidence = models.CharField(max_length=20, choices=Confidence.choices, blank=True)
     concluded_at = models.DateTimeField(null=True, blank=True)
 
+    # Read from a GitHub issue: its `## Results`, and the community form's submitter fields.
+    results = models.TextField(blank=True, max_length=MAX_MARKDOWN)
+    submitter_name = models.CharField(max_length=200, blank=True)
+    submitter_affiliation = models.CharField(max_length=300, blank=True)
+    submitter_link = models.CharField(max_length=500, blank=True)
+    experiment_json_url = models.URLField("experiment JSON", max_length=500, blank=True)
+    # A maintainer's hold (`/hold`): not a state, a flag that blocks approval while set.
+    on_hold = models.BooleanField(default=False)
+
+    # The linked GitHub issue (see proposals/github/).
+    github_issue_number = models.PositiveIntegerField(null=True, blank=True, unique=True)
+    github_issue_node_id = models.CharField(max_length=100, blank=True)
+    github_status_comment_id = models.BigIntegerField(null=True, blank=True)
+    github_updated_at = models.DateTimeField(
+        null=True, blank=True, help_text="The issue's updated_at when its body was last read."
+    )
+    github_sections = models.JSONField(
+        default=dict, blank=True, help_text="The issue's sections as last applied."
+    )
+
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -192,6 +212,10 @@ class Comment(models.Model):
     )
     author_label = models.CharField(max_length=100, blank=True)
     body = models.TextField(max_length=MAX_MARKDOWN)
+    # The GitHub comment this row mirrors (either way); unique, so a comment arriving twice
+    # under two delivery ids is stored once.
+    github_comment_id = models.BigIntegerField(null=True, blank=True, unique=True)
+    github_updated_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -241,3 +265,78 @@ class Event(models.Model):
 
     def __str__(self) -> str:
         return f"{self.verb} on {self.proposal_id} by {self.actor_label or self.actor_id}"
+
+
+class OutboxState(models.TextChoices):
+    PENDING = "pending", "Pending"
+    DONE = "done", "Done"
+    FAILED = "failed", "Failed"
+
+
+class OutboxOperation(models.TextChoices):
+    ISSUE_CREATE = "issue_create", "Create the issue"
+    BODY_SYNC = "body_sync", "Update the managed block of the issue body"
+    STATUS_SYNC = "status_sync", "Create or edit the status comment"
+    LABELS_SYNC = "labels_sync", "Set the state labels"
+    COMMENT_CREATE = "comment_create", "Post a comment"
+
+
+class GitHubOutbox(models.Model):
+    """One write to GitHub, stored with the change that caused it and sent after commit.
+
+    Rows of one proposal are sent one at a time in id order (writes to one issue keep their
+    order). ``idempotency_key`` is unique: enqueueing the same cause twice stores one row.
+    """
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="github_outbox")
+    operation = models.CharField(max_length=20, choices=OutboxOperation.choices)
+    payload = models.JSONField(default=dict, blank=True)
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    state = models.CharField(
+        max_length=10, choices=OutboxState.choices, default=OutboxState.PENDING
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    next_attempt_at = models.DateTimeField(null=True, blank=True)
+    leased_until = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+    result = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = "GitHub outbox row"
+        indexes = [
+            models.Index(fields=["state", "proposal", "id"], name="outbox_state_proposal"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.operation} for proposal {self.proposal_id} ({self.state})"
+
+
+class WebhookDelivery(models.Model):
+    """A GitHub webhook delivery, stored by its X-GitHub-Delivery id before any work."""
+
+    class Outcome(models.TextChoices):
+        PENDING = "pending", "Pending"
+        APPLIED = "applied", "Applied"
+        IGNORED = "ignored", "Ignored"
+        FAILED = "failed", "Failed"
+
+    delivery_id = models.CharField(max_length=100, unique=True)
+    event = models.CharField(max_length=50)
+    action = models.CharField(max_length=50, blank=True)
+    payload = models.JSONField()
+    received_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(
+        max_length=10, choices=Outcome.choices, default=Outcome.PENDING, db_index=True
+    )
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        verbose_name_plural = "webhook deliveries"
+
+    def __str__(self) -> str:
+        return f"{self.event}.{self.action} {self.delivery_id} ({self.outcome})"

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
 from proposals import permissions as perms
+from proposals.github import outbox as github_outbox
 from proposals.models import (
     Amendment,
     Comment,
@@ -29,7 +30,7 @@ from proposals.models import (
     State,
 )
 from runs.plans import Plan as PlanPreview
-from runs.services import plan_build, plan_freeze
+from runs.services import plan_build, plan_cancel, plan_freeze, plan_launch
 
 Actor = User | AnonymousUser
 
@@ -47,6 +48,9 @@ AMENDABLE_FIELDS = {
     "data_browser_url",
     "labels",
     "summary",
+    # Read from a GitHub issue (proposals/github/): results and links arrive after approval.
+    "results",
+    "experiment_json_url",
 }
 PREREGISTERED_FIELDS = ("hypothesis", "success_metric", "success_direction", "success_threshold")
 PROPOSAL_FIELDS = (
@@ -65,6 +69,12 @@ PROPOSAL_FIELDS = (
     "branch",
     "wandb_url",
     "data_browser_url",
+    # Read from a GitHub issue (proposals/github/body.py).
+    "results",
+    "submitter_name",
+    "submitter_affiliation",
+    "submitter_link",
+    "experiment_json_url",
 )
 
 
@@ -215,6 +225,7 @@ def proposal_create(
     proposal.save()
     proposal.labels.set(label_rows)
     event_record(proposal=proposal, actor=author, verb="created", door=door, to_state=State.DRAFT)
+    github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     if submit:
         proposal_transition(proposal_id=proposal.pk, action="submit", actor=author, door=door)
         proposal.refresh_from_db()
@@ -277,6 +288,7 @@ def proposal_update(
         door=door,
         message="Changed " + ", ".join(sorted(changes)),
     )
+    github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     return proposal
 
 
@@ -322,6 +334,8 @@ def proposal_transition(
             action=action.replace("_", " "), current=proposal.state, allowed=transition.sources
         )
     reason = reason.strip()
+    if action == "approve" and proposal.on_hold:  # GitHub sync: /hold blocks approval
+        raise DomainError("This proposal is on hold; a maintainer must unhold it first.")
     if transition.needs_reason and not reason:
         raise ValidationError({"reason": [f"A reason is required to {action.replace('_', ' ')}."]})
     if len(reason) > 10_000:
@@ -347,6 +361,11 @@ def proposal_transition(
         proposal.approved_criteria = proposal.criteria
         proposal.git_ref = git_ref.strip()[:255] or proposal.git_ref
         update_fields += ["plan", "approved_hypothesis", "approved_criteria", "git_ref"]
+        approved_plan_id, criteria = proposal.plan.pk, dict(proposal.criteria)
+        transaction.on_commit(lambda: plan_launch(plan_id=approved_plan_id, criteria=criteria))
+    elif action == "cancel" and proposal.plan_id is not None:
+        canceled_plan_id = proposal.plan_id
+        transaction.on_commit(lambda: plan_cancel(plan_id=canceled_plan_id, door=door))
     if action in {"approve", "reject"}:
         proposal.decided_at = now
         update_fields.append("decided_at")
@@ -365,6 +384,7 @@ def proposal_transition(
         message=reason,
         actor_label=actor_label,
     )
+    github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     return proposal
 
 
@@ -412,6 +432,8 @@ def comment_create(*, proposal_id: int, author: Actor, body: str, door: str = Do
     if not body.strip():
         raise ValidationError({"body": ["A comment cannot be empty."]})
     comment.save()
+    if door != Door.GITHUB:  # GitHub sync: mirror site comments onto the issue
+        github_outbox.outbox_site_comment(comment=comment)
     return comment
 
 
@@ -453,4 +475,27 @@ def proposal_record_outcome(
         to_state=outcome,
         message=conclusion[:500],
     )
+    github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
+    return proposal
+
+
+@transaction.atomic
+def proposal_hold(
+    *, proposal_id: int, actor: Actor, hold: bool, door: str = Door.WEB, reason: str = ""
+) -> Proposal:
+    """Set or clear a maintainer's hold: not a state, a flag that blocks approval while set."""
+    proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
+    _require(actor, perms.HOLD, proposal, "hold or unhold this proposal")
+    if proposal.on_hold == hold:
+        return proposal
+    proposal.on_hold = hold
+    proposal.save(update_fields=["on_hold", "updated_at"])
+    event_record(
+        proposal=proposal,
+        actor=actor,
+        verb="put on hold" if hold else "released the hold",
+        door=door,
+        message=reason[:10_000],
+    )
+    github_outbox.outbox_proposal_changed(proposal=proposal)
     return proposal

@@ -4,19 +4,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from django.http import StreamingHttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import mixins, viewsets
+from rest_framework.authentication import SessionAuthentication, TokenAuthentication
+from rest_framework.decorators import action
+from rest_framework.exceptions import (
+    NotAuthenticated,
+    NotFound,
+    PermissionDenied,
+    ValidationError,
+)
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
 from proposals import permissions as perms
-from runs import selectors, services
+from runs import metrics, queue, selectors, services
+from runs import permissions as run_perms
+from runs.executors import get_executor
+from runs.models import Run
 from runs.serializers import (
+    MetricBatchSerializer,
     PlanPreviewRequestSerializer,
     PlanSerializer,
     RecipeSerializer,
+    RunDetailSerializer,
+    RunSerializer,
+    RunStatusSerializer,
+    TrackerImportSerializer,
     plan_data,
 )
 
@@ -54,6 +73,8 @@ class PlanPreviewView(APIView):
     """The plan a recipe, baseline and ablation spec would launch; nothing is stored."""
 
     permission_classes: list[Any] = []
+    throttle_classes = [ScopedRateThrottle]  # expanding a large spec costs real CPU
+    throttle_scope = "plan-preview"
 
     @extend_schema(request=PlanPreviewRequestSerializer, responses=PlanSerializer)
     def post(self, request: Request) -> Response:
@@ -67,3 +88,177 @@ class PlanPreviewView(APIView):
             budget_accelerator_hours=data.get("budget_accelerator_hours"),
         )
         return Response(PlanSerializer(plan_data(preview)).data)
+
+
+# --- runs: public reads, maintainer actions, and the runner's doors -----------------------
+
+
+def _runner_run(request: Request, run_id: int) -> Run:
+    """The run the request's bearer token belongs to; refuses a token of another run."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise NotAuthenticated("Send the run's token: 'Authorization: Bearer <token>'.")
+    run = Run.objects.filter(pk=run_id).only("pk", "state", "token_hash").first()
+    if run is None or not queue.run_token_matches(run=run, token=token.strip()):
+        raise PermissionDenied("This token does not belong to this run.")
+    return run
+
+
+class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
+    """Runs: public to read; maintainers cancel, rerun and retry them."""
+
+    filterset_fields = ["plan", "state", "executor"]
+
+    def get_queryset(self) -> Any:
+        if self.action == "retrieve":
+            return (
+                selectors.run_list()
+                .select_related("plan")
+                .prefetch_related("summaries", "events__actor")
+            )
+        return selectors.run_list()
+
+    def get_serializer_class(self) -> Any:
+        return RunDetailSerializer if self.action == "retrieve" else RunSerializer
+
+    def _maintainer_action(self, request: Request, permission: str, service: Any) -> Response:
+        run = self.get_object()
+        if not request.user.has_perm(permission, run):
+            raise PermissionDenied(f"You need the permission '{permission}'.")
+        result = service(run_id=run.pk, actor=request.user, door=queue.Door.API)
+        return Response(RunSerializer(result).data)
+
+    @extend_schema(request=None, responses=RunSerializer)
+    @action(detail=True, methods=["post"])
+    def cancel(self, request: Request, pk: str) -> Response:
+        return self._maintainer_action(request, run_perms.CANCEL_RUN, queue.run_cancel)
+
+    @extend_schema(request=None, responses=RunSerializer)
+    @action(detail=True, methods=["post"])
+    def rerun(self, request: Request, pk: str) -> Response:
+        return self._maintainer_action(request, run_perms.RERUN_RUN, queue.run_rerun)
+
+    @extend_schema(request=None, responses=RunSerializer)
+    @action(detail=True, methods=["post"])
+    def retry(self, request: Request, pk: str) -> Response:
+        return self._maintainer_action(request, run_perms.RETRY_RUN, queue.run_retry)
+
+    @extend_schema(parameters=[OpenApiParameter("key", str), OpenApiParameter("points", int)])
+    @action(detail=True, methods=["get"])
+    def series(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        key = request.query_params.get("key", "")
+        if not key:
+            return Response({"keys": metrics.series_keys(run_id=run.pk)})
+        try:
+            points = int(request.query_params.get("points", "1000"))
+        except ValueError:
+            raise ValidationError({"points": ["must be an integer"]}) from None
+        if not 2 <= points <= 10_000:
+            raise ValidationError({"points": ["must be between 2 and 10000"]})
+        return Response(metrics.series_downsampled(run_id=run.pk, key=key, points=points))
+
+    @extend_schema(parameters=[OpenApiParameter("key", str)], responses={200: str})
+    @action(detail=True, methods=["get"], url_path="metrics.csv")
+    def csv(self, request: Request, pk: str) -> StreamingHttpResponse:
+        run = self.get_object()
+        key = request.query_params.get("key") or None
+        response = StreamingHttpResponse(
+            metrics.points_csv_rows(run_id=run.pk, key=key), content_type="text/csv"
+        )
+        response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-metrics.csv"'
+        return response
+
+    @extend_schema(responses={200: str})
+    @action(detail=True, methods=["get"])
+    def logs(self, request: Request, pk: str) -> Response:
+        run = self.get_object()
+        if not run.external_id:
+            return Response({"logs": ""})
+        text = get_executor(run.executor).logs(run.external_id)
+        return Response({"logs": text})
+
+
+class RunnerView(APIView):
+    """Base of the runner's doors: the run's own bearer token, no session, no CSRF."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    def get_authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="run"'  # so a missing token is a 401, not a 403
+
+
+class RunMetricsView(RunnerView):
+    """``POST {"points": [{key, step, value, time?}]}``: upserted by (run, key, step)."""
+
+    @extend_schema(request=MetricBatchSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = _runner_run(request, pk)
+        try:
+            metrics.metrics_rate_check(run_id=run.pk)
+        except metrics.RateLimited as exc:
+            return Response(
+                {"detail": exc.message}, status=429, headers={"Retry-After": str(exc.retry_after)}
+            )
+        points = metrics.points_parse(data=request.data)
+        stored = metrics.metrics_ingest(run_id=run.pk, points=points)
+        return Response({"stored": stored})
+
+
+class RunHeartbeatView(RunnerView):
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = metrics.run_heartbeat(run_id=_runner_run(request, pk).pk)
+        return Response(
+            {"state": run.state, "cancel_requested": run.cancel_requested_at is not None}
+        )
+
+
+class RunStatusView(RunnerView):
+    """The runner's last word: ``finished`` or ``failed`` (with a failure kind)."""
+
+    @extend_schema(request=RunStatusSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = _runner_run(request, pk)
+        serializer = RunStatusSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        failure_kind = data["failure_kind"] if data["state"] == "failed" else ""
+        if data["state"] == "failed" and not failure_kind:
+            failure_kind = "code"
+        run = queue.run_transition(
+            run_id=run.pk,
+            to_state=data["state"],
+            failure_kind=failure_kind,
+            message=data["message"],
+            door=queue.Door.RUNNER,
+            actor_label="runner",
+        )
+        return Response({"state": run.state})
+
+
+class RunTrackerImportView(APIView):
+    """Import a ``tracker_metrics.jsonl`` as the run's final summary: the run's token, or a
+    maintainer."""
+
+    authentication_classes = [TokenAuthentication, SessionAuthentication]
+    permission_classes: list[Any] = []
+
+    @extend_schema(request=TrackerImportSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        if request.META.get("HTTP_AUTHORIZATION", "").lower().startswith("bearer "):
+            run = _runner_run(request, pk)
+        else:
+            run = Run.objects.filter(pk=pk).first()  # type: ignore[assignment]
+            if run is None:
+                raise NotFound()
+            if not request.user.has_perm(run_perms.IMPORT_METRICS, run):
+                raise PermissionDenied(f"You need the permission '{run_perms.IMPORT_METRICS}'.")
+        serializer = TrackerImportSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        run = metrics.run_import_tracker_metrics(
+            run_id=run.pk, jsonl=serializer.validated_data["jsonl"]
+        )
+        return Response({"final_metrics": run.final_metrics})

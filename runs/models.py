@@ -131,3 +131,180 @@ class PlanEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.plan_id}#{self.index} {self.config_hash[:12]}"
+
+
+class PlanLaunch(models.Model):
+    """That a plan was asked to run, with what it is judged against; one row per plan.
+
+    The caller (a proposal's approval) passes its success criteria here, because ``runs``
+    never reads proposals. The summary lands here when every run is terminal.
+    """
+
+    plan = models.OneToOneField(Plan, on_delete=models.CASCADE, related_name="launch")
+    executor = models.CharField(max_length=32)
+    command_template = models.TextField(
+        max_length=2_000, help_text="The recipe's command as it was at launch."
+    )
+    criteria = models.JSONField(default=dict, blank=True)
+    max_concurrent_runs = models.PositiveIntegerField(null=True, blank=True)
+    launched_at = models.DateTimeField(auto_now_add=True)
+    expanded_at = models.DateTimeField(null=True, blank=True)
+    canceled_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    summary = models.JSONField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"launch of plan {self.plan_id} on {self.executor}"
+
+
+class RunState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    PREEMPTED = "preempted"
+    FINISHED = "finished"
+    FAILED = "failed"
+    KILLED = "killed"
+    CRASHED = "crashed"
+
+
+TERMINAL_RUN_STATES = frozenset(
+    {RunState.FINISHED, RunState.FAILED, RunState.KILLED, RunState.CRASHED}
+)
+
+
+class FailureKind(models.TextChoices):
+    NONE = "", "none"
+    CONFIG = "config"
+    CODE = "code"
+    OOM = "oom"
+    TIMEOUT = "timeout"
+    INFRA = "infra"
+    PREEMPTED = "preempted"
+
+
+class Run(models.Model):
+    """One point of a plan on one executor.
+
+    Terminal states never change: a rerun or a retry is a new row for the same plan entry
+    with the next ``sequence``. A preemption keeps the row and bumps ``attempt``.
+    """
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="runs")
+    entry = models.ForeignKey(PlanEntry, on_delete=models.CASCADE, related_name="runs")
+    sequence = models.PositiveIntegerField(default=0)
+    recipe_name = models.CharField(max_length=63)
+    recipe_version = models.CharField(max_length=32)
+    config = models.JSONField()
+    config_hash = models.CharField(max_length=64)
+    accelerator_hours = models.FloatField(default=0.0)
+    state = models.CharField(max_length=16, choices=RunState.choices, default=RunState.QUEUED)
+    failure_kind = models.CharField(
+        max_length=16, choices=FailureKind.choices, default=FailureKind.NONE, blank=True
+    )
+    state_reason = models.TextField(blank=True)
+    cached_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="cached_by"
+    )
+    command = models.TextField(blank=True)
+    git_sha = models.CharField(max_length=64, blank=True)
+    executor = models.CharField(max_length=32, blank=True)
+    external_id = models.CharField(max_length=255, blank=True)
+    attempt = models.PositiveIntegerField(default=1)
+    max_attempts = models.PositiveIntegerField(default=3)
+    resources = models.JSONField(default=dict, blank=True)
+    output_path = models.CharField(max_length=1000, blank=True)
+    wandb_url = models.URLField(blank=True)
+    secret_env_names = models.JSONField(default=list, blank=True)
+    token_hash = models.CharField(max_length=64, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_timeout_seconds = models.PositiveIntegerField(default=300)
+    time_limit_seconds = models.PositiveIntegerField(default=3600)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    queued_at = models.DateTimeField(auto_now_add=True)
+    dispatched_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    final_metrics = models.JSONField(default=dict, blank=True)
+    tracker_config = models.JSONField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["plan", "entry__index", "sequence"]
+        constraints = [
+            models.UniqueConstraint(fields=["entry", "sequence"], name="run_entry_sequence_unique")
+        ]
+        indexes = [
+            models.Index(fields=["state", "executor"], name="run_state_executor_idx"),
+            models.Index(
+                fields=["recipe_name", "recipe_version", "config_hash", "state"],
+                name="run_cache_lookup_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.pk} ({self.state})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("run-page", kwargs={"pk": self.pk})
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_RUN_STATES
+
+
+class MetricPoint(models.Model):
+    # No index of its own on run: the unique (run, key, step) index starts with it.
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="points", db_index=False)
+    key = models.CharField(max_length=200)
+    step = models.BigIntegerField()
+    value = models.FloatField()
+    time = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["run", "key", "step"], name="metric_point_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.key}@{self.step}={self.value}"
+
+
+class MetricSummary(models.Model):
+    """Per-key last, min and max, kept as points arrive so tables never scan points."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="summaries")
+    key = models.CharField(max_length=200)
+    last = models.FloatField()
+    min = models.FloatField()
+    max = models.FloatField()
+    step = models.BigIntegerField(help_text="The step of ``last``: the highest step seen.")
+    count = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["run", "key"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="metric_summary_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.key} last={self.last}"
+
+
+class RunEvent(models.Model):
+    """Append-only timeline of a run: who, what, from and to, when, through which door."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=100, blank=True)
+    verb = models.CharField(max_length=32)
+    door = models.CharField(max_length=16)
+    from_state = models.CharField(max_length=16, blank=True)
+    to_state = models.CharField(max_length=16, blank=True)
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "pk"]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.verb} {self.from_state}->{self.to_state}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, QuerySet
 
-from runs.models import Plan, PlanEntry, Recipe
+from runs.models import Plan, PlanEntry, Recipe, Run
 
 
 def recipe_list(*, include_inactive: bool = False) -> QuerySet[Recipe]:
@@ -14,3 +14,25 @@ def recipe_list(*, include_inactive: bool = False) -> QuerySet[Recipe]:
 
 def plan_entries(*, plan: Plan) -> QuerySet[PlanEntry]:
     return plan.entries.order_by("index")
+
+
+def run_list() -> QuerySet[Run]:
+    """Every run, public: failed and killed ones included."""
+    return Run.objects.select_related("entry").order_by("-pk")
+
+
+def run_detail(*, run_id: int) -> Run | None:
+    return (
+        Run.objects.select_related("entry", "plan")
+        .prefetch_related("summaries", "events")
+        .filter(pk=run_id)
+        .first()
+    )
+
+
+def plan_runs(*, plan_id: int) -> QuerySet[Run]:
+    return (
+        Run.objects.filter(plan_id=plan_id)
+        .select_related("entry")
+        .order_by("entry__index", "sequence")
+    )

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from runs.models import Plan, Recipe
+from runs.models import MetricSummary, Plan, Recipe, Run, RunEvent
 from runs.plans import Plan as PlanPreview
 
 
@@ -136,3 +136,102 @@ def plan_data(plan: PlanPreview | Plan) -> dict[str, Any]:
             for p in plan.points
         ],
     }
+
+
+class MetricSummarySerializer(serializers.ModelSerializer[MetricSummary]):
+    class Meta:
+        model = MetricSummary
+        fields = ["key", "last", "min", "max", "step"]
+
+
+class RunEventSerializer(serializers.ModelSerializer[RunEvent]):
+    actor = serializers.SerializerMethodField()
+
+    class Meta:
+        model = RunEvent
+        fields = ["verb", "door", "from_state", "to_state", "message", "actor", "created_at"]
+
+    def get_actor(self, event: RunEvent) -> str:
+        return event.actor_label or (event.actor.get_username() if event.actor else "")
+
+
+class RunSerializer(serializers.ModelSerializer[Run]):
+    plan_index = serializers.IntegerField(source="entry.index", read_only=True)
+    scale = serializers.CharField(source="entry.scale", read_only=True)
+    is_baseline = serializers.BooleanField(source="entry.is_baseline", read_only=True)
+
+    class Meta:
+        model = Run
+        fields = [
+            "id",
+            "plan",
+            "plan_index",
+            "sequence",
+            "scale",
+            "is_baseline",
+            "recipe_name",
+            "recipe_version",
+            "config_hash",
+            "state",
+            "failure_kind",
+            "state_reason",
+            "cached_from",
+            "executor",
+            "external_id",
+            "attempt",
+            "max_attempts",
+            "accelerator_hours",
+            "queued_at",
+            "started_at",
+            "finished_at",
+            "heartbeat_at",
+            "cancel_requested_at",
+        ]
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    summaries = MetricSummarySerializer(many=True, read_only=True)
+    events = RunEventSerializer(many=True, read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = [
+            *RunSerializer.Meta.fields,
+            "config",
+            "command",
+            "git_sha",
+            "resources",
+            "output_path",
+            "wandb_url",
+            "secret_env_names",
+            "final_metrics",
+            "tracker_config",
+            "summaries",
+            "events",
+        ]
+        read_only_fields = fields
+
+
+class RunStatusSerializer(serializers.Serializer[Any]):
+    state = serializers.ChoiceField(choices=["finished", "failed"])
+    failure_kind = serializers.ChoiceField(
+        choices=["", "config", "code", "oom"], required=False, default=""
+    )
+    message = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
+
+
+class TrackerImportSerializer(serializers.Serializer[Any]):
+    jsonl = serializers.CharField(max_length=1_000_000, trim_whitespace=False)
+
+
+class MetricPointInSerializer(serializers.Serializer[Any]):
+    """One point as a runner sends it (documentation; runs.metrics checks the batch)."""
+
+    key = serializers.CharField(max_length=200)
+    step = serializers.IntegerField(min_value=0)
+    value = serializers.FloatField(help_text="finite; NaN and infinities are refused")
+    time = serializers.FloatField(required=False, help_text="unix seconds; default: now")
+
+
+class MetricBatchSerializer(serializers.Serializer[Any]):
+    points = MetricPointInSerializer(many=True, help_text="at most 1000 points, 1 MB")

@@ -5,12 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import jsonschema
+from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 
 from runs.compute import FormulaError, run_cost, validate_compute_model
-from runs.models import Plan, PlanEntry, Recipe
+from runs.models import Plan, PlanEntry, PlanLaunch, Recipe
 from runs.plans import Plan as PlanPreview
 from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok
 
@@ -56,7 +58,8 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
         errors["compute_model"] = compute_errors
     if errors:
         raise ValidationError(errors)
-    assert isinstance(schema, dict) and isinstance(default_config, dict)
+    assert isinstance(schema, dict)
+    assert isinstance(default_config, dict)
     declared = {k: v for k, v in default_config.items() if k in schema["properties"]}
     validator = jsonschema.Draft202012Validator({**schema, "required": []})
     problems = [
@@ -74,9 +77,7 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
 
 
 @transaction.atomic
-def recipe_create(
-    *, actor: User | AnonymousUser | None, data: dict[str, Any]
-) -> Recipe:
+def recipe_create(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> Recipe:
     recipe_validate(data=data)
     recipe = Recipe(**{k: v for k, v in data.items() if k in RECIPE_FIELDS})
     recipe.created_by = actor if isinstance(actor, User) else None
@@ -165,3 +166,60 @@ def plan_freeze(
         for point in preview.points
     )
     return plan
+
+
+def plan_launch(
+    *,
+    plan_id: int,
+    criteria: dict[str, Any] | None = None,
+    executor: str = "",
+    max_concurrent_runs: int | None = None,
+) -> PlanLaunch:
+    """Ask for a frozen plan to run; asking twice launches it once.
+
+    ``criteria`` (metric, direction, threshold) are what the results are judged against;
+    the caller passes them because runs never read proposals. Expansion into runs and their
+    dispatch happen in Celery after this commits (and in the reconciler, if that nudge is lost).
+    """
+    from runs.queue import _nudge
+
+    with transaction.atomic():
+        launch, created = PlanLaunch.objects.get_or_create(
+            plan_id=plan_id,
+            defaults={
+                "criteria": criteria or {},
+                "command_template": Plan.objects.get(pk=plan_id).recipe.command_template,
+                "executor": executor or settings.RUNS_DEFAULT_EXECUTOR,
+                "max_concurrent_runs": max_concurrent_runs,
+            },
+        )
+        if created:
+            _nudge("plan_expand_task", plan_id=plan_id)
+        return launch
+
+
+def plan_cancel(
+    *, plan_id: int, actor: User | AnonymousUser | None = None, door: str = "web"
+) -> int:
+    """Stop a launched plan: nothing more starts, queued runs are killed, running ones asked to
+    stop. Returns how many runs were asked; canceling twice asks nobody twice."""
+    from runs.models import TERMINAL_RUN_STATES, Run
+    from runs.queue import run_cancel
+
+    with transaction.atomic():
+        launch = PlanLaunch.objects.select_for_update().filter(plan_id=plan_id).first()
+        if launch is None:
+            return 0
+        if launch.canceled_at is None:
+            launch.canceled_at = timezone.now()
+            launch.save(update_fields=["canceled_at"])
+        live = (
+            Run.objects.filter(plan_id=plan_id, cancel_requested_at__isnull=True)
+            .exclude(state__in=TERMINAL_RUN_STATES)
+            .values_list("pk", flat=True)
+        )
+        asked = 0
+        for run_id in list(live):
+            run_cancel(run_id=run_id, actor=actor, door=door)
+            asked += 1
+        return asked

@@ -8,7 +8,7 @@ from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from runs import selectors, services
@@ -84,3 +84,29 @@ def recipe_create(request: HttpRequest) -> HttpResponse:
 @login_required
 def recipe_edit(request: HttpRequest, name: str, version: str) -> HttpResponse:
     return _save(request, get_object_or_404(Recipe, name=name, version=version))
+
+
+def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    """A run's public page: state, metrics summary, config, timeline and log tail."""
+    from runs.executors import ExecutorError, get_executor
+
+    run = selectors.run_detail(run_id=pk)
+    if run is None:
+        raise Http404("No such run.")
+    logs = ""
+    if run.external_id:
+        try:
+            logs = get_executor(run.executor).logs(run.external_id, tail_bytes=16_384)
+        except ExecutorError:
+            logs = ""
+    return render(
+        request,
+        "runs/run_detail.html",
+        {
+            "run": run,
+            "summaries": run.summaries.all(),
+            "events": run.events.select_related("actor"),
+            "config_json": json.dumps(run.config, indent=2, sort_keys=True),
+            "logs": logs,
+        },
+    )

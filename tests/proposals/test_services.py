@@ -352,7 +352,11 @@ def test_after_approval_hypothesis_edits_become_amendments(
     )
     proposal.refresh_from_db()
     assert proposal.approved_hypothesis.startswith("A higher capacity factor")
-    assert proposal.approved_criteria == {"metric": "eval/loss", "direction": "lower", "threshold": 0.01}
+    assert proposal.approved_criteria == {
+        "metric": "eval/loss",
+        "direction": "lower",
+        "threshold": 0.01,
+    }
     assert proposal.hypothesis == "Revised after seeing the data."
     amendments = {a.field: (a.old_value, a.new_value) for a in Amendment.objects.all()}
     assert amendments["success_threshold"] == ("0.01", "0.05")

@@ -1,0 +1,456 @@
+#!/usr/bin/env python
+"""Metric ingest, side by side on one PostgreSQL: marin-site's API, MLflow, raw COPY.
+
+    .venv/bin/python bench/ingest.py                         # 1M points, 1 and 4 clients
+    .venv/bin/python bench/ingest.py --points 200000 --mlflow-points 100000
+
+Steps: create the databases if missing (``h_ingest`` for marin-site and the raw COPY
+table, ``h_ingest_mlflow`` for MLflow), migrate, make one running run per client (tokens as
+a dispatcher would make them), start gunicorn on 127.0.0.1 (DEBUG=0, the per-run rate limit
+raised out of the way) and post --points points as 1000-point batches to
+``/api/v1/runs/{id}/metrics/`` with 1 and then 4 concurrent keep-alive clients. Then the same
+points through ``mlflow server`` (installed in its own venv, --mlflow-venv, created with pip
+when missing; backend store on the same PostgreSQL) with its ``runs/log-batch`` endpoint
+(1000 metrics a request, MLflow's own limit), and raw ``COPY`` into a bare table with no
+index. Last, the server time to read a downsampled series of a run with 100k steps.
+Prints the figures and the ratios and appends them to bench/RESULTS.md under
+"## ingest (bench/ingest.py)". Servers are always stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import http.client
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+KEYS = [
+    "train/loss",
+    "eval/loss",
+    "throughput/mfu",
+    "throughput/tokens_per_second",
+    "moe/drop_fraction",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def ensure_database(admin_url: str, name: str) -> None:
+    import psycopg
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def wait_until_answers(port: int, path: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", path)
+            if conn.getresponse().status < 500:
+                return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"nothing answered on port {port} within {timeout} s")
+
+
+def batches(points: int, size: int, offset: int = 0) -> list[list[tuple[str, int, float]]]:
+    """``points`` points over five keys, in batches of ``size``; steps start at ``offset``."""
+    out, current = [], []
+    for i in range(points):
+        step = offset + i // len(KEYS)
+        current.append((KEYS[i % len(KEYS)], step, 1.0 / (step + 1)))
+        if len(current) == size:
+            out.append(current)
+            current = []
+    if current:
+        out.append(current)
+    return out
+
+
+def drive(port: int, jobs: list[tuple[str, dict[str, str], list[bytes]]]) -> float:
+    """Each job (path, headers, bodies) on its own keep-alive connection; returns seconds."""
+    errors: list[str] = []
+
+    def worker(path: str, headers: dict[str, str], bodies: list[bytes]) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for body in bodies:
+            conn.request("POST", path, body=body, headers=headers)
+            response = conn.getresponse()
+            text = response.read()
+            if response.status != 200:
+                errors.append(f"{response.status} {text[:200]!r}")
+                return
+
+    threads = [threading.Thread(target=worker, args=job) for job in jobs]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    if errors:
+        raise RuntimeError(f"{len(errors)} failed requests, e.g. {errors[0]}")
+    return elapsed
+
+
+class Server:
+    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+        self.log = log.open("wb")
+        self.proc = subprocess.Popen(
+            argv, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(timeout=15)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        self.log.close()
+
+
+def setup_django(database_url: str) -> None:
+    os.environ["DATABASE_URL"] = database_url
+    os.environ["CELERY_BROKER_URL"] = "memory://"  # the bench's nudges go nowhere
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marin_site.settings")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def make_running_runs(count: int) -> list[tuple[int, str]]:
+    """``count`` running runs of a fresh plan of the tiny recipe, with their tokens."""
+    import copy
+
+    from django.db import transaction
+
+    from runs import queue, services
+    from runs.demo_recipes import TINY_MOE
+    from runs.models import PlanLaunch, Recipe, Run, RunState
+
+    recipe = Recipe.objects.filter(name=TINY_MOE["name"], version=TINY_MOE["version"]).first()
+    if recipe is None:
+        recipe = services.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
+    seeds = ", ".join(str(s) for s in range(count))
+    plan = services.plan_freeze(
+        recipe=recipe, baseline={}, spec_text=f"seeds: [{seeds}]\n", budget_accelerator_hours=None
+    )
+    with transaction.atomic():
+        PlanLaunch.objects.create(plan=plan, executor="local", command_template="true")
+    queue.plan_expand(plan_id=plan.pk)
+    out = []
+    for run in Run.objects.filter(plan=plan).order_by("pk")[:count]:
+        queue.run_transition(
+            run_id=run.pk,
+            to_state=RunState.RUNNING,
+            door="worker",
+            changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+        )
+        run.refresh_from_db()
+        out.append((run.pk, queue.run_token(run=run)))
+    return out
+
+
+def bench_site(port: int, points: int, clients: int) -> float:
+    runs = make_running_runs(clients)
+    per_client = points // clients
+    jobs = []
+    for run_id, token in runs:
+        bodies = [
+            json.dumps(
+                {"points": [{"key": k, "step": s, "value": v} for k, s, v in batch]}
+            ).encode()
+            for batch in batches(per_client, 1000)
+        ]
+        headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+        jobs.append((f"/api/v1/runs/{run_id}/metrics/", headers, bodies))
+    return per_client * clients / drive(port, jobs)
+
+
+def mlflow_call(port: int, path: str, body: dict[str, object]) -> dict[str, object]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    conn.request("POST", path, body=json.dumps(body), headers={"Content-Type": "application/json"})
+    response = conn.getresponse()
+    data = json.loads(response.read() or b"{}")
+    if response.status != 200:
+        raise RuntimeError(f"MLflow {path}: {response.status} {data}")
+    return data
+
+
+def bench_mlflow(port: int, points: int, clients: int) -> float:
+    experiment = mlflow_call(
+        port, "/api/2.0/mlflow/experiments/create", {"name": f"ingest-{time.time_ns()}"}
+    )["experiment_id"]
+    jobs = []
+    now_ms = int(time.time() * 1000)
+    for _ in range(clients):
+        run = mlflow_call(
+            port,
+            "/api/2.0/mlflow/runs/create",
+            {"experiment_id": experiment, "start_time": now_ms},
+        )
+        run_id = run["run"]["info"]["run_id"]  # type: ignore[index]
+        bodies = [
+            json.dumps(
+                {
+                    "run_id": run_id,
+                    "metrics": [
+                        {"key": k, "value": v, "step": s, "timestamp": now_ms} for k, s, v in batch
+                    ],
+                }
+            ).encode()
+            for batch in batches(points // clients, 1000)
+        ]
+        jobs.append(
+            ("/api/2.0/mlflow/runs/log-batch", {"Content-Type": "application/json"}, bodies)
+        )
+    return points // clients * clients / drive(port, jobs)
+
+
+def bench_copy(database_url: str, points: int) -> float:
+    import psycopg
+
+    rows = [
+        (1, k, s, v, dt.datetime.now(dt.UTC))
+        for batch in batches(points, points)
+        for k, s, v in batch
+    ]
+    with psycopg.connect(database_url) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_raw_points")
+        conn.execute(
+            "CREATE TABLE bench_raw_points (run_id bigint, key varchar(200), step bigint, "
+            "value double precision, time timestamptz)"
+        )
+        conn.commit()
+        started = time.perf_counter()
+        with (
+            conn.cursor() as cur,
+            cur.copy("COPY bench_raw_points (run_id, key, step, value, time) FROM STDIN") as copy,
+        ):
+            for row in rows:
+                copy.write_row(row)
+        conn.commit()
+        elapsed = time.perf_counter() - started
+        conn.execute("DROP TABLE bench_raw_points")
+        conn.commit()
+    return points / elapsed
+
+
+def bench_series(port: int, steps: int) -> tuple[float, int]:
+    """Server time (median of 7) to read a 1000-point downsampled series of 100k steps."""
+    import psycopg
+    from django.conf import settings as django_settings
+
+    ((run_id, _),) = make_running_runs(1)
+    db = django_settings.DATABASES["default"]
+    url = f"postgresql://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    now = dt.datetime.now(dt.UTC)
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        with cur.copy("COPY runs_metricpoint (run_id, key, step, value, time) FROM STDIN") as copy:
+            for step in range(steps):
+                copy.write_row((run_id, "train/loss", step, 1.0 / (step + 1), now))
+        conn.commit()
+    times = []
+    points = 0
+    for _ in range(7):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        started = time.perf_counter()
+        conn.request("GET", f"/api/v1/runs/{run_id}/series/?key=train/loss&points=1000")
+        body = json.loads(conn.getresponse().read())
+        times.append(time.perf_counter() - started)
+        points = len(body["points"])
+    return statistics.median(times) * 1000, points
+
+
+def ensure_mlflow(venv: Path) -> Path:
+    mlflow = venv / "bin" / "mlflow"
+    if not mlflow.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run(
+            [str(venv / "bin" / "pip"), "install", "-q", "mlflow", "psycopg2-binary"], check=True
+        )
+    return mlflow
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--points", type=int, default=1_000_000)
+    parser.add_argument("--mlflow-points", type=int, default=None, help="default: --points")
+    parser.add_argument("--series-steps", type=int, default=100_000)
+    parser.add_argument("--admin-url", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--database", default="h_ingest")
+    parser.add_argument("--mlflow-venv", type=Path, default=ROOT / "var" / "bench-mlflow-venv")
+    parser.add_argument("--workers", type=int, default=4, help="gunicorn and mlflow workers")
+    parser.add_argument("--no-record", action="store_true", help="do not append to RESULTS.md")
+    args = parser.parse_args()
+    mlflow_points = args.mlflow_points or args.points
+
+    parts = urllib.parse.urlsplit(args.admin_url)
+    base = f"{parts.scheme}://{parts.netloc}"
+    site_url = f"{base}/{args.database}"
+    mlflow_db = f"{args.database}_mlflow"
+    ensure_database(args.admin_url, args.database)
+    ensure_database(args.admin_url, mlflow_db)
+    setup_django(site_url)
+    mlflow = ensure_mlflow(args.mlflow_venv)
+
+    logs = ROOT / "var" / "bench-logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    site_port, mlflow_port = free_port(), free_port()
+    env = {
+        **os.environ,
+        "DATABASE_URL": site_url,
+        "DEBUG": "0",
+        "SECRET_KEY": os.environ.get("SECRET_KEY", "bench-only-secret-key"),
+        "ALLOWED_HOSTS": "127.0.0.1",
+        "RUNS_METRICS_RATE_PER_MINUTE": "100000000",
+        "CELERY_BROKER_URL": "memory://",
+        "LOG_LEVEL": "WARNING",
+    }
+    servers: list[Server] = []
+    results: dict[str, float] = {}
+    try:
+        servers.append(
+            Server(
+                [
+                    str(ROOT / ".venv/bin/gunicorn"),
+                    "marin_site.wsgi",
+                    "-b",
+                    f"127.0.0.1:{site_port}",
+                    "-w",
+                    str(args.workers),
+                    "-k",
+                    "gthread",
+                    "--threads",
+                    "2",
+                    "--chdir",
+                    str(ROOT),
+                ],
+                env,
+                logs / "gunicorn.log",
+            )
+        )
+        wait_until_answers(site_port, "/api/v1/runs/?page_size=1")
+        for clients in (1, 4):
+            results[f"site_{clients}"] = bench_site(site_port, args.points, clients)
+            print(
+                f"marin-site API, {clients} client(s): {results[f'site_{clients}']:,.0f} points/s"
+            )
+        results["series_ms"], series_points = bench_series(site_port, args.series_steps)
+        print(
+            f"downsampled series of {args.series_steps:,} steps -> {series_points} points: "
+            f"{results['series_ms']:.1f} ms (median of 7)"
+        )
+
+        servers.append(
+            Server(
+                [
+                    str(mlflow),
+                    "server",
+                    "--backend-store-uri",
+                    f"postgresql+psycopg2://{parts.netloc}/{mlflow_db}",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(mlflow_port),
+                    "--workers",
+                    str(args.workers),
+                    "--default-artifact-root",
+                    str(ROOT / "var" / "bench-mlflow-artifacts"),
+                ],
+                {**os.environ},
+                logs / "mlflow.log",
+            )
+        )
+        wait_until_answers(mlflow_port, "/health", timeout=180)
+        for clients in (1, 4):
+            results[f"mlflow_{clients}"] = bench_mlflow(mlflow_port, mlflow_points, clients)
+            print(
+                f"MLflow log-batch, {clients} client(s): {results[f'mlflow_{clients}']:,.0f} points/s"
+            )
+        results["copy"] = bench_copy(site_url, args.points)
+        print(f"raw COPY into a bare table: {results['copy']:,.0f} points/s")
+    finally:
+        for server in servers:
+            server.stop()
+
+    best_site = max(results["site_1"], results["site_4"])
+    best_mlflow = max(results["mlflow_1"], results["mlflow_4"])
+    ratio_mlflow = best_site / best_mlflow
+    ratio_copy = best_site / results["copy"]
+    print(f"marin-site / MLflow: {ratio_mlflow:.1f}x (target >= 20x)")
+    print(f"marin-site / raw COPY: {ratio_copy:.2f} (target >= 0.33)")
+    if not args.no_record:
+        record(
+            args=args,
+            results=results,
+            mlflow_points=mlflow_points,
+            series_points=series_points,
+            ratio_mlflow=ratio_mlflow,
+            ratio_copy=ratio_copy,
+        )
+    return 0
+
+
+def record(
+    *,
+    args: argparse.Namespace,
+    results: dict[str, float],
+    mlflow_points: int,
+    series_points: int,
+    ratio_mlflow: float,
+    ratio_copy: float,
+) -> None:
+    cpus = os.cpu_count()
+    lines = [
+        "",
+        "## ingest (bench/ingest.py)",
+        "",
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC, {cpus} CPUs, one PostgreSQL, "
+        f"{args.workers} gunicorn / MLflow workers, 1000 points a request.",
+        "",
+        "| path | points | 1 client | 4 clients |",
+        "|---|---|---|---|",
+        f"| marin-site `POST /api/v1/runs/{{id}}/metrics/` | {args.points:,} | "
+        f"{results['site_1']:,.0f}/s | {results['site_4']:,.0f}/s |",
+        f"| MLflow `runs/log-batch` | {mlflow_points:,} | {results['mlflow_1']:,.0f}/s | "
+        f"{results['mlflow_4']:,.0f}/s |",
+        f"| raw `COPY` into a bare table | {args.points:,} | {results['copy']:,.0f}/s | |",
+        "",
+        f"marin-site / MLflow: {ratio_mlflow:.1f}x (target >= 20x); marin-site / raw COPY: "
+        f"{ratio_copy:.2f} (target >= 0.33). Downsampled series read ({args.series_steps:,} "
+        f"steps -> {series_points} points): {results['series_ms']:.1f} ms.",
+    ]
+    with (ROOT / "bench" / "RESULTS.md").open("a") as out:
+        out.write("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

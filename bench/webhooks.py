@@ -1,0 +1,358 @@
+#!/usr/bin/env python
+"""Load-test POST /github/webhook/: signed deliveries at a fixed rate, then the queue drain.
+
+    .venv/bin/python bench/webhooks.py                       # 200/s for 30 s, PostgreSQL + Redis
+    .venv/bin/python bench/webhooks.py --rate 50 --duration 5 --database sqlite
+
+Steps: create the database if missing (PostgreSQL, default ``h_github_bench``) and migrate,
+start gunicorn (DEBUG=0) and a Celery worker on Redis, then send deliveries open-loop at
+--rate per second for --duration seconds (the real octokit payloads round-robin, each with
+a new X-GitHub-Delivery and a valid X-Hub-Signature-256) from a pool of keep-alive
+connections. Every acknowledgement's latency is kept; after the last one the script polls
+the database until every delivery is processed. Prints p50 / p99 / max, non-2xx, how many
+were stored (none may be lost) and the drain time; ``--record`` appends the figures to
+bench/RESULTS.md under "## webhooks (bench/webhooks.py)".
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import hmac
+import http.client
+import os
+import queue
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / ".venv" / "bin"
+PAYLOADS = ROOT.parent / "shared" / "fixtures" / "github" / "webhooks"
+SECRET = "bench-webhook-secret"
+HOST = "127.0.0.1"
+SECTION = "## webhooks (bench/webhooks.py)"
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind((HOST, 0))
+        return int(sock.getsockname()[1])
+
+
+def environment(args: argparse.Namespace, var_dir: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": args.settings,
+            "DEBUG": "0",
+            "SECRET_KEY": "bench-" + "x" * 40,
+            "ALLOWED_HOSTS": HOST,
+            "SECURE_COOKIES": "0",
+            "GITHUB_WEBHOOK_SECRET": SECRET,
+            "GITHUB_TOKEN": "",  # sync off: the bench measures the receiving side
+            "GITHUB_REPOSITORY": "",
+            "CELERY_BROKER_URL": args.broker,
+            "MARIN_VAR_DIR": var_dir,
+            "LOG_LEVEL": "WARNING",
+        }
+    )
+    if args.database == "sqlite":
+        env.pop("DATABASE_URL", None)
+    else:
+        env["DATABASE_URL"] = args.database
+    return env
+
+
+def prepare_database(args: argparse.Namespace, env: dict[str, str]) -> None:
+    if args.database != "sqlite":
+        name = args.database.rsplit("/", 1)[1]
+        subprocess.run(
+            ["createdb", "-h", HOST, "-U", "postgres", name],
+            env=env,
+            capture_output=True,
+            check=False,
+        )
+    subprocess.run(
+        [str(VENV / "python"), "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+    )
+
+
+def wait_for(port: int, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError):
+            socket.create_connection((HOST, port), timeout=0.5).close()
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"nothing answers on port {port}")
+
+
+def warm_up(port: int, count: int, timeout: float = 60) -> None:
+    """Until every gunicorn worker has loaded Django, the first answers measure start-up."""
+    body = b'{"zen": "warm"}'
+    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    deadline = time.monotonic() + timeout
+    done = 0
+    while done < count and time.monotonic() < deadline:
+        conn = http.client.HTTPConnection(HOST, port, timeout=30)
+        try:
+            conn.request(
+                "POST",
+                "/github/webhook/",
+                body=body,
+                headers={
+                    "Content-Type": "application/json",
+                    "X-GitHub-Event": "ping",
+                    "X-GitHub-Delivery": f"warm-{uuid.uuid4()}",
+                    "X-Hub-Signature-256": signature,
+                },
+            )
+            response = conn.getresponse()
+            response.read()
+            done += response.status == 202
+        except (OSError, http.client.HTTPException):
+            time.sleep(0.2)
+        finally:
+            conn.close()
+
+
+def deliveries() -> list[tuple[str, bytes]]:
+    return [(path.parent.name, path.read_bytes()) for path in sorted(PAYLOADS.glob("*/*.json"))]
+
+
+def send_all(
+    port: int, rate: float, duration: float, clients: int, run: str
+) -> tuple[list[float], list[int], int]:
+    """Open-loop: request i is due at start + i/rate, whoever is free sends it."""
+    bodies = deliveries()
+    total = int(rate * duration)
+    jobs: queue.Queue[int | None] = queue.Queue()
+    latencies: list[float] = []
+    statuses: list[int] = []
+    lock = threading.Lock()
+    start = time.monotonic() + 0.2
+
+    def worker() -> None:
+        conn = http.client.HTTPConnection(HOST, port, timeout=30)
+        while True:
+            index = jobs.get()
+            if index is None:
+                break
+            due = start + index / rate
+            delay = due - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            event, body = bodies[index % len(bodies)]
+            signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+            headers = {
+                "Content-Type": "application/json",
+                "X-GitHub-Event": event,
+                "X-GitHub-Delivery": f"{run}-{index}",
+                "X-Hub-Signature-256": signature,
+                "User-Agent": "GitHub-Hookshot/bench",
+            }
+            began = time.perf_counter()
+            try:
+                conn.request("POST", "/github/webhook/", body=body, headers=headers)
+                response = conn.getresponse()
+                response.read()
+                status = response.status
+            except (OSError, http.client.HTTPException):
+                conn.close()
+                conn = http.client.HTTPConnection(HOST, port, timeout=30)
+                status = 0
+            elapsed = (time.perf_counter() - began) * 1000
+            with lock:
+                latencies.append(elapsed)
+                statuses.append(status)
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    for index in range(total):
+        jobs.put(index)
+    for _ in threads:
+        jobs.put(None)
+    for thread in threads:
+        thread.join()
+    return latencies, statuses, total
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
+
+
+def drain_wait(env: dict[str, str], run: str, total: int, timeout: float) -> tuple[int, int, float]:
+    """Poll until every delivery of this run is processed; (stored, processed, seconds)."""
+    os.environ.update(env)
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from proposals.models import WebhookDelivery
+
+    began = time.monotonic()
+    stored = processed = 0
+    while time.monotonic() - began < timeout:
+        ours = WebhookDelivery.objects.filter(delivery_id__startswith=f"{run}-")
+        stored = ours.count()
+        processed = ours.filter(processed_at__isnull=False).count()
+        if processed >= total:
+            break
+        time.sleep(0.1)
+    return stored, processed, time.monotonic() - began
+
+
+def record(text: str) -> None:
+    path = ROOT / "bench" / "RESULTS.md"
+    current = path.read_text() if path.exists() else "# Benchmark results\n"
+    if SECTION in current:  # replace only our own section, keep everyone else's
+        head, _, rest = current.partition(SECTION)
+        following = rest.find("\n## ")
+        tail = rest[following:] if following >= 0 else ""
+        current = head.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n" + tail
+    else:
+        current = current.rstrip("\n") + "\n\n" + text.rstrip("\n") + "\n"
+    path.write_text(current)
+
+
+def start_worker(
+    args: argparse.Namespace, env: dict[str, str], port: int
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [
+            str(VENV / "celery"),
+            "-A",
+            "marin_site",
+            "worker",
+            "-l",
+            "WARNING",
+            "--concurrency",
+            str(args.celery_concurrency),
+            "-n",
+            f"bench-webhooks-{port}@%h",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=200)
+    parser.add_argument("--duration", type=float, default=30)
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    parser.add_argument("--celery-concurrency", type=int, default=2)
+    parser.add_argument(
+        "--database",
+        default="postgres://postgres@127.0.0.1:5432/h_github_bench",
+        help="a PostgreSQL URL, or 'sqlite'",
+    )
+    parser.add_argument("--broker", default="redis://127.0.0.1:6379/14")
+    parser.add_argument("--settings", default="marin_site.settings")
+    parser.add_argument("--drain-timeout", type=float, default=300)
+    parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")
+    parser.add_argument(
+        "--worker-after-send",
+        action="store_true",
+        help="start Celery only when sending ends: acknowledgements without a worker beside them",
+    )
+    args = parser.parse_args()
+
+    var_dir = tempfile.mkdtemp(prefix="marin-bench-webhooks-")
+    env = environment(args, var_dir)
+    prepare_database(args, env)
+    port = free_port()
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        processes.append(
+            subprocess.Popen(
+                [
+                    str(VENV / "gunicorn"),
+                    "marin_site.wsgi",
+                    "-b",
+                    f"{HOST}:{port}",
+                    "-w",
+                    str(args.workers),
+                    "-k",
+                    "gthread",
+                    "--threads",
+                    "4",
+                    "--log-level",
+                    "warning",
+                ],
+                cwd=ROOT,
+                env=env,
+                start_new_session=True,
+            )
+        )
+        if not args.worker_after_send:
+            processes.append(start_worker(args, env, port))
+        wait_for(port)
+        warm_up(port, count=args.workers * 8)
+        run = f"bench-{uuid.uuid4().hex[:8]}"
+        log(f"sending {int(args.rate * args.duration)} deliveries at {args.rate:g}/s")
+        began = time.monotonic()
+        latencies, statuses, total = send_all(port, args.rate, args.duration, args.clients, run)
+        sent_for = time.monotonic() - began
+        if args.worker_after_send:
+            processes.append(start_worker(args, env, port))
+        log("waiting for the queue to drain")
+        stored, processed, drain = drain_wait(env, run, total, args.drain_timeout)
+    finally:
+        for process in processes:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+        for process in processes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(timeout=20)
+        shutil.rmtree(var_dir, ignore_errors=True)
+
+    ok = sum(1 for s in statuses if 200 <= s < 300)
+    p50, p99 = percentile(latencies, 50), percentile(latencies, 99)
+    database = "SQLite" if args.database == "sqlite" else "PostgreSQL"
+    cpu = os.cpu_count()
+    lines = [
+        SECTION,
+        "",
+        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu} CPUs; {database}; Celery on "
+        f"Redis ({args.celery_concurrency} processes); gunicorn {args.workers} workers x 4 threads, "
+        f"DEBUG=0; the {len(deliveries())} octokit payloads round-robin, signed.",
+        "",
+        "| rate | sent | 2xx | stored | processed | ack p50 | ack p99 | ack max | drain after last ack |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| {args.rate:g}/s for {args.duration:g} s (took {sent_for:.1f} s)"
+        f"{', worker started after' if args.worker_after_send else ''} | {total} | {ok} | "
+        f"{stored} | {processed} | {p50:.1f} ms | {p99:.1f} ms | {max(latencies):.1f} ms | "
+        f"{drain:.1f} s |",
+        "",
+        f"Target: p99 under 20 ms, none lost: {'met' if p99 < 20 and processed == total == ok else 'NOT met'}.",
+    ]
+    text = "\n".join(lines)
+    print(text)
+    if args.record:
+        record(text)
+    return 0 if ok == total == processed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

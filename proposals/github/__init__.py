@@ -1,0 +1,1 @@
+"""The GitHub issue sync: an outbox for writes, verified webhooks for reads, slash commands."""

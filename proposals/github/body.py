@@ -1,0 +1,173 @@
+"""Issue bodies: the site's managed block, and reading Marin's sections into proposal fields.
+
+The site writes only between ``<!-- marin-site:start -->`` and ``<!-- marin-site:end -->``;
+every character outside stays as people wrote it. Reading goes the other way: the text
+outside the block is split at its ``##``/``###`` headings, and the headings Marin's issue
+templates use fill proposal fields.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+START = "<!-- marin-site:start -->"
+END = "<!-- marin-site:end -->"
+MARKER_PREFIX = "<!-- marin-site:"
+
+EXPERIMENT_LABELS = frozenset({"experiment", "experiments", "community-experiment-submission"})
+
+# Heading (lowercased, trailing colon dropped) -> proposal field.
+SECTION_FIELDS = {
+    "description": "description",
+    "hypothesis or goal": "hypothesis",
+    "hypothesis / goal": "hypothesis",
+    "hypothesis": "hypothesis",
+    "goal": "hypothesis",
+    "results": "results",
+    "links": "links",
+    "your name": "submitter_name",
+    "affiliation": "submitter_affiliation",
+    "link to your profile/site": "submitter_link",
+    "one-sentence description of your experiment": "summary",
+    "one-sentence description": "summary",
+    "name of your branch": "branch",
+    "branch": "branch",
+}
+LINK_FIELDS = {
+    "wandb report": "wandb_url",
+    "w&b report": "wandb_url",
+    "data browser": "data_browser_url",
+    "experiment json": "experiment_json_url",
+}
+PLACEHOLDERS = {"_no response_", "*(to be updated)*", "*(pending)*"}
+HEADING = re.compile(r"^(#{2,3})\s+(.+?)\s*#*\s*$")
+FENCE = re.compile(r"^\s*(```|~~~)")
+LINK_LINE = re.compile(r"^\s*[*\-+]\s*([^:]+?)\s*:\s*(\S+)\s*$")
+URL = re.compile(r"^https?://\S+$")
+
+
+def normalise(text: str) -> str:
+    return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+def block_split(body: str | None) -> tuple[str, str | None, str]:
+    """(text before the block, the block's inside or None, text after the block)."""
+    body = body or ""
+    start = body.find(START)
+    end = body.find(END, start + len(START)) if start >= 0 else -1
+    if start < 0 or end < 0:
+        return body, None, ""
+    return body[:start], body[start + len(START) : end], body[end + len(END) :]
+
+
+def body_with_block(body: str | None, block: str) -> str:
+    """The body with the managed block replaced (or appended); nothing outside changes."""
+    before, inside, after = block_split(body)
+    wrapped = f"{START}\n{block.strip()}\n{END}"
+    if inside is None:
+        return f"{before}\n\n{wrapped}" if before else wrapped
+    return f"{before}{wrapped}{after}"
+
+
+def human_text(body: str | None) -> str:
+    """What people wrote: the body without the managed block."""
+    before, inside, after = block_split(body)
+    return before if inside is None else before + after
+
+
+def sections(text: str) -> dict[str, str]:
+    """Split markdown at ``##``/``###`` headings (outside code fences).
+
+    Known headings (SECTION_FIELDS) start a section; an unknown heading and its text stay
+    with the known section above it, as a reader would (Marin's "## Agent MoE catalogue"
+    under "## Results" is part of the results). Text before the first known heading is
+    kept under "".
+    """
+    found: dict[str, list[str]] = {"": []}
+    current = ""
+    in_fence = False
+    for line in normalise(text).split("\n"):
+        if FENCE.match(line):
+            in_fence = not in_fence
+        match = None if in_fence else HEADING.match(line)
+        if match:
+            name = match.group(2).strip().rstrip(":").strip().lower()
+            if name in SECTION_FIELDS:
+                current = name
+                found.setdefault(current, [])
+                continue
+        found[current].append(line)
+    return {name: "\n".join(lines).strip() for name, lines in found.items()}
+
+
+def _clean(value: str) -> str:
+    return "" if value.strip().lower() in PLACEHOLDERS else value.strip()
+
+
+def _first_sentence(text: str) -> str:
+    for raw in text.split("\n"):
+        line = re.sub(r"^(tl;dr:?)\s*", "", raw.strip(), flags=re.IGNORECASE)
+        if line:
+            match = re.match(r"(.+?[.!?])(\s|$)", line)
+            return (match.group(1) if match else line)[:300]
+    return ""
+
+
+def _links(value: str) -> dict[str, str]:
+    """``* WandB Report: https://...`` lines of a Links section, by proposal field."""
+    found = {}
+    for line in value.split("\n"):
+        match = LINK_LINE.match(line)
+        if match and URL.match(match.group(2)):
+            link_field = LINK_FIELDS.get(match.group(1).strip().lower())
+            if link_field:
+                found[link_field] = match.group(2)[:500]
+    return found
+
+
+@dataclass
+class IssueFields:
+    """Proposal fields read from an issue, and the sections that were missing."""
+
+    data: dict[str, str] = field(default_factory=dict)
+    sections: dict[str, str] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+
+
+def issue_fields(*, title: str, body: str | None) -> IssueFields:
+    """Read the issue as a reader would: sections into fields, what is missing named."""
+    parsed = sections(human_text(body))
+    result = IssueFields(sections={k: v for k, v in parsed.items() if k})
+    data: dict[str, str] = {"title": title.strip()[:200]}
+    for heading, text in parsed.items():
+        target = SECTION_FIELDS.get(heading)
+        if target is None:
+            continue
+        value = _clean(text)
+        if target == "links":
+            data.update(_links(value))
+            continue
+        if value and not data.get(target):
+            data[target] = value
+    one_liner = data.get("summary", "")
+    if one_liner and not data.get("description"):
+        data["description"] = one_liner
+    data["summary"] = (
+        _first_sentence(one_liner) or _first_sentence(data.get("description", "")) or data["title"]
+    )[:300]
+    if "branch" in data:
+        data["branch"] = data["branch"].split("\n")[0][:255]
+    for key in ("submitter_name", "submitter_affiliation"):
+        if key in data:
+            data[key] = data[key].split("\n")[0][:200]
+    if not data.get("description"):
+        result.missing.append("a `## Description` (or the form's one-sentence description)")
+    if not data.get("hypothesis"):
+        result.missing.append("a `## Hypothesis or Goal`")
+    result.data = data
+    return result
+
+
+def is_experiment(label_names: list[str]) -> bool:
+    return bool(EXPERIMENT_LABELS & {name.lower() for name in label_names})

@@ -1,0 +1,137 @@
+"""Slash commands in issue comments, run through the same services and permissions as the site.
+
+A command is a line that starts with ``/approve``, ``/reject REASON``, ``/request-changes
+REASON``, ``/hold``, ``/unhold``, ``/cancel``, ``/rerun RUN`` or ``/status``. Lines in
+fenced or indented code blocks and quoted lines (``>``) are not commands. Every command
+gets an answer comment: what was done, or why it was refused.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from dataclasses import dataclass
+
+from django.apps import apps
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
+from django.db import transaction
+
+from marin_site.errors import DomainError
+from proposals import permissions as perms
+from proposals import services
+from proposals.github.body import FENCE, normalise
+from proposals.models import Door, Proposal
+
+COMMAND = re.compile(
+    r"^ {0,3}/(approve|reject|request-changes|hold|unhold|cancel|rerun|status)(?=\s|$)[ \t]*(.*)$"
+)
+TRANSITION_COMMANDS = {
+    "approve": "approve",
+    "reject": "reject",
+    "request-changes": "request_changes",
+    "cancel": "cancel",
+}
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    argument: str
+
+
+def commands_in(body: str | None) -> list[Command]:
+    """The commands of a comment, outside code blocks and quotes, in order."""
+    found = []
+    in_fence = False
+    for line in normalise(body or "").split("\n"):
+        if FENCE.match(line):
+            in_fence = not in_fence
+            continue
+        if in_fence or line.startswith(("    ", "\t")) or line.lstrip().startswith(">"):
+            continue
+        match = COMMAND.match(line)
+        if match:
+            found.append(Command(match.group(1), match.group(2).strip()))
+    return found
+
+
+def _status_text(proposal: Proposal) -> str:
+    text = f"state **{proposal.get_state_display()}**"
+    if proposal.on_hold:
+        text += ", on hold"
+    if proposal.outcome:
+        text += f", outcome **{proposal.get_outcome_display()}**"
+    return text
+
+
+def _rerun(proposal: Proposal, user: User, argument: str) -> str:
+    if not user.has_perm(perms.RERUN, proposal):
+        raise DomainError("You do not have permission to rerun runs of this proposal.")
+    try:
+        run_model = apps.get_model("runs", "Run")
+        rerun = getattr(importlib.import_module("runs.queue"), "run_rerun", None)
+    except (LookupError, ImportError):
+        rerun = None
+    if rerun is None:
+        raise DomainError("Reruns are not available until the run queue exists.")
+    if not argument.lstrip("#").isdigit():
+        raise DomainError("Say which run: `/rerun RUN` with the run's number.")
+    run = run_model.objects.filter(pk=int(argument.lstrip("#"))).first()
+    if run is None or proposal.plan_id is None or run.plan_id != proposal.plan_id:
+        raise DomainError(f"Run {argument} is not one of this proposal's runs.")
+    new_run = rerun(run_id=run.pk, actor=user, door=Door.GITHUB)
+    return f"run {run.pk} queued again as run {new_run.pk}"
+
+
+def command_run(*, proposal_id: int, user: User, login: str, command: Command) -> str:
+    """Run one command; return what happened, in a sentence. Refusals are answers too."""
+    proposal = Proposal.objects.get(pk=proposal_id)
+    label = f"@{login}"
+    try:
+        with transaction.atomic():
+            if command.name in TRANSITION_COMMANDS:
+                updated = services.proposal_transition(
+                    proposal_id=proposal_id,
+                    action=TRANSITION_COMMANDS[command.name],
+                    actor=user,
+                    door=Door.GITHUB,
+                    reason=command.argument,
+                    actor_label=label,
+                )
+                done = f"done: the proposal is now {_status_text(updated)}."
+            elif command.name in {"hold", "unhold"}:
+                updated = services.proposal_hold(
+                    proposal_id=proposal_id,
+                    actor=user,
+                    hold=command.name == "hold",
+                    door=Door.GITHUB,
+                    reason=command.argument,
+                )
+                done = f"done: the proposal is now {_status_text(updated)}."
+            elif command.name == "rerun":
+                done = "done: " + _rerun(proposal, user, command.argument) + "."
+            else:
+                done = f"the proposal is in {_status_text(proposal)}."
+    except DomainError as exc:
+        return f"Sorry {label}, `/{command.name}` was refused: {exc.message}"
+    except ValidationError as exc:
+        return f"Sorry {label}, `/{command.name}` was refused: {' '.join(exc.messages)}"
+    return f"{label} `/{command.name}`: {done}"
+
+
+def commands_answer(
+    *, proposal_id: int, user: User, login: str, github_comment_id: int, body: str
+) -> list[str]:
+    """Run every command of a new comment and queue one answer comment per command."""
+    from proposals.github.outbox import outbox_comment_enqueue
+
+    answers = []
+    for index, command in enumerate(commands_in(body)):
+        answer = command_run(proposal_id=proposal_id, user=user, login=login, command=command)
+        proposal = Proposal.objects.get(pk=proposal_id)
+        outbox_comment_enqueue(
+            proposal=proposal, key=f"answer:{github_comment_id}:{index}", body=answer
+        )
+        answers.append(answer)
+    return answers

@@ -1,0 +1,59 @@
+"""The executor interface: submit a job, poll its status, cancel it, fetch its logs."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+
+class ExecutorError(Exception):
+    """The executor could not do what was asked (a transient error unless said otherwise)."""
+
+
+class JobState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"  # canceled on our request
+    PREEMPTED = "preempted"
+    MISSING = "missing"  # the executor no longer knows the job: it vanished
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    state: JobState
+    failure_kind: str = ""  # one of Run's failure kinds when state is FAILED
+    message: str = ""
+
+    @property
+    def is_done(self) -> bool:
+        return self.state not in {JobState.PENDING, JobState.RUNNING}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    job_id: str  # stable per run and attempt: submitting it twice starts one job
+    argv: list[str]
+    workdir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, str] = field(default_factory=dict)  # written into workdir before start
+    time_limit_seconds: int = 3600
+
+
+class Executor(Protocol):
+    name: str
+
+    def submit(self, job: JobSpec) -> str:
+        """Start the job unless it already exists; return its external id."""
+        ...
+
+    def poll(self, external_id: str) -> JobStatus: ...
+
+    def cancel(self, external_id: str) -> None:
+        """Ask the job to stop (idempotent); ``poll`` reports STOPPED once it has."""
+        ...
+
+    def logs(self, external_id: str, *, tail_bytes: int = 65536) -> str: ...

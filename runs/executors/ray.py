@@ -1,0 +1,107 @@
+"""The ``ray`` executor: the Ray Jobs API of an existing cluster at ``RAY_ADDRESS``.
+
+The submission id is the job id (run and attempt), so a repeated submit finds the job
+already there instead of starting a second one. The job's working directory (its config)
+and the ``runs`` package travel in the job's runtime environment, so the cluster needs no
+copy of marin-site; its Python (``RUNS_RAY_PYTHON``, by default this one) needs numpy.
+Ray has no time limit of its own: the reconciler stops a run that outlives its limit.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Any
+
+from django.conf import settings
+
+from runs.executors.base import ExecutorError, JobSpec, JobState, JobStatus
+
+RAY_STATES = {
+    "PENDING": JobState.PENDING,
+    "RUNNING": JobState.RUNNING,
+    "SUCCEEDED": JobState.SUCCEEDED,
+    "FAILED": JobState.FAILED,
+    "STOPPED": JobState.STOPPED,
+}
+
+
+class RayExecutor:
+    name = "ray"
+
+    def __init__(self, *, address: str | None = None) -> None:
+        self.address = address or settings.RAY_ADDRESS
+
+    def _client(self) -> Any:
+        from ray.job_submission import JobSubmissionClient
+
+        try:
+            return JobSubmissionClient(self.address)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise ExecutorError(f"Ray at {self.address} does not answer: {exc}") from exc
+
+    def _exists(self, client: Any, job_id: str) -> bool:
+        try:
+            client.get_job_status(job_id)
+        except RuntimeError:
+            return False
+        return True
+
+    def submit(self, job: JobSpec) -> str:
+        job.workdir.mkdir(parents=True, exist_ok=True)
+        for name, content in job.files.items():
+            (job.workdir / name).write_text(content)
+        argv = list(job.argv)
+        if argv and argv[0] == sys.executable and settings.RUNS_RAY_PYTHON:
+            argv[0] = settings.RUNS_RAY_PYTHON
+        client = self._client()
+        if self._exists(client, job.job_id):
+            return job.job_id
+        try:
+            client.submit_job(
+                entrypoint=shlex.join(argv),
+                submission_id=job.job_id,
+                runtime_env={
+                    "working_dir": str(job.workdir),
+                    "py_modules": [str(settings.BASE_DIR / "runs")],
+                    "env_vars": {"PYTHONUNBUFFERED": "1", **job.env},
+                },
+                metadata={"job_id": job.job_id},
+            )
+        except RuntimeError as exc:
+            if self._exists(client, job.job_id):  # a concurrent submit won: same job
+                return job.job_id
+            raise ExecutorError(f"Ray refused job {job.job_id}: {exc}") from exc
+        return job.job_id
+
+    def poll(self, external_id: str) -> JobStatus:
+        client = self._client()
+        try:
+            info = client.get_job_info(external_id)
+        except RuntimeError as exc:
+            if "does not exist" in str(exc):
+                return JobStatus(JobState.MISSING, message=f"Ray has no job {external_id}")
+            raise ExecutorError(str(exc)) from exc
+        state = RAY_STATES.get(str(getattr(info.status, "value", info.status)), JobState.MISSING)
+        if state != JobState.FAILED:
+            return JobStatus(state, message=info.message or "")
+        exit_code = getattr(info, "driver_exit_code", None)
+        kind = {2: "config", -9: "oom", 137: "oom"}.get(exit_code or 0, "code")
+        if info.error_type and "SUPERVISOR" in str(info.error_type).upper():
+            return JobStatus(JobState.MISSING, message=info.message or str(info.error_type))
+        return JobStatus(JobState.FAILED, kind, info.message or f"exit code {exit_code}")
+
+    def cancel(self, external_id: str) -> None:
+        client = self._client()
+        try:
+            client.stop_job(external_id)
+        except RuntimeError as exc:
+            if "does not exist" not in str(exc):
+                raise ExecutorError(str(exc)) from exc
+
+    def logs(self, external_id: str, *, tail_bytes: int = 65536) -> str:
+        try:
+            text: str = self._client().get_job_logs(external_id)
+        except RuntimeError:
+            return ""
+        return text[-tail_bytes:]

@@ -1,0 +1,31 @@
+"""The permissions of runs, declared once (django-rules) and used by every door.
+
+Roles are the site's Django groups; a maintainer (group ``maintainer`` or a superuser)
+dispatches, cancels, reruns and retries runs. Reading runs and metrics is public.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import rules
+
+ROLE_MAINTAINER = "maintainer"
+
+CANCEL_RUN = "runs.cancel_run"
+RERUN_RUN = "runs.rerun_run"
+RETRY_RUN = "runs.retry_run"
+IMPORT_METRICS = "runs.import_metrics_run"
+
+
+@rules.predicate
+def is_run_maintainer(user: Any) -> bool:
+    if not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    return bool(user.is_superuser or user.groups.filter(name=ROLE_MAINTAINER).exists())
+
+
+rules.add_perm(CANCEL_RUN, is_run_maintainer)
+rules.add_perm(RERUN_RUN, is_run_maintainer)
+rules.add_perm(RETRY_RUN, is_run_maintainer)
+rules.add_perm(IMPORT_METRICS, is_run_maintainer)

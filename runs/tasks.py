@@ -1,0 +1,35 @@
+"""Celery tasks of runs: thin, idempotent, ids only. The services do the work."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import shared_task
+
+from runs import queue, results
+
+
+@shared_task(name="runs.plan_expand", time_limit=120, soft_time_limit=100)
+def plan_expand_task(*, plan_id: int) -> int:
+    return queue.plan_expand(plan_id=plan_id)
+
+
+@shared_task(name="runs.dispatch", time_limit=120, soft_time_limit=100)
+def dispatch_task() -> list[int]:
+    return queue.runs_dispatch()
+
+
+@shared_task(name="runs.run_reconcile", time_limit=60, soft_time_limit=50)
+def run_reconcile_task(*, run_id: int) -> str:
+    run = queue.run_reconcile(run_id=run_id)
+    return run.state if run is not None else ""
+
+
+@shared_task(name="runs.plan_check_finished", time_limit=60, soft_time_limit=50)
+def plan_check_finished_task(*, plan_id: int) -> bool:
+    return results.plan_check_finished(plan_id=plan_id)
+
+
+@shared_task(name="runs.reconcile", time_limit=240, soft_time_limit=200)
+def reconcile_task() -> dict[str, Any]:
+    return dict(queue.runs_reconcile())

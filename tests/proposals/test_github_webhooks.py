@@ -1,0 +1,331 @@
+"""POST /github/webhook/: signatures, storage, dedupe, every real payload, ordering rules."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from marin_site.celery import app as celery_app
+from proposals.models import Comment, Event, Proposal, WebhookDelivery
+from tests.proposals.github_support import (
+    WEBHOOKS,
+    comment_delivery,
+    fake_github,
+    github_on,
+    issue_payload,
+    issues_delivery,
+    post_delivery,
+    process_deliveries,
+    sign,
+)
+
+pytestmark = pytest.mark.django_db
+__all__ = ["fake_github", "github_on"]
+
+PAYLOADS = sorted(WEBHOOKS.glob("*/*.json"))
+EXPERIMENT_BODY = "## Description\n\nRoute better.\n\n## Hypothesis or Goal\n\nIt helps.\n"
+
+
+def _event(path: Path) -> str:
+    return path.parent.name
+
+
+@pytest.fixture
+def webhook_settings(settings: Any, github_on: Any) -> Any:
+    settings.GITHUB_REPOSITORY = ""  # the octokit payloads come from several repositories
+    return settings
+
+
+def test_fixture_payloads_exist() -> None:
+    assert len(PAYLOADS) >= 40
+
+
+@pytest.mark.parametrize("path", PAYLOADS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_real_payload_is_acknowledged_recorded_and_deduplicated(
+    webhook_settings: Any, client: Any, recipe: Any, path: Path
+) -> None:
+    raw = path.read_bytes()
+    event = _event(path)
+    response = post_delivery(client, event, raw, delivery_id=f"d-{path.name}")
+    assert response.status_code == 202
+    assert process_deliveries()[0] in {"applied", "ignored"}
+    delivery = WebhookDelivery.objects.get(delivery_id=f"d-{path.name}")
+    assert delivery.processed_at is not None
+    assert delivery.detail
+    payload = json.loads(raw)
+    is_experiment_issue = event == "issues" and any(
+        label["name"] in {"experiment", "experiments", "community-experiment-submission"}
+        for label in payload["issue"].get("labels") or []
+    )
+    proposals, comments, events = (
+        Proposal.objects.count(),
+        Comment.objects.count(),
+        Event.objects.count(),
+    )
+    if event == "ping":
+        assert delivery.outcome == "applied"
+    elif not is_experiment_issue:
+        assert delivery.outcome == "ignored"
+        assert proposals == 0
+
+    again = post_delivery(client, event, raw, delivery_id=f"d-{path.name}")
+    assert again.status_code == 202
+    assert again.json()["duplicate"] is True
+    assert process_deliveries() == []
+    assert WebhookDelivery.objects.filter(delivery_id=f"d-{path.name}").count() == 1
+    assert (Proposal.objects.count(), Comment.objects.count(), Event.objects.count()) == (
+        proposals,
+        comments,
+        events,
+    )
+
+
+@pytest.mark.parametrize("path", PAYLOADS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_real_payload_with_a_wrong_signature_gets_401(
+    webhook_settings: Any, client: Any, path: Path
+) -> None:
+    raw = path.read_bytes()
+    response = post_delivery(client, _event(path), raw, signature=sign(raw, "not-the-secret"))
+    assert response.status_code == 401
+    assert not WebhookDelivery.objects.exists()
+
+
+def test_an_unsigned_delivery_gets_401(webhook_settings: Any, client: Any) -> None:
+    response = post_delivery(client, "ping", {"zen": "hi"}, signature="")
+    assert response.status_code == 401
+    assert not WebhookDelivery.objects.exists()
+
+
+def test_no_secret_configured_refuses_every_delivery(settings: Any, client: Any) -> None:
+    settings.GITHUB_WEBHOOK_SECRET = ""
+    body = b'{"zen": "hi"}'
+    response = post_delivery(client, "ping", body, signature=sign(body, ""))
+    assert response.status_code == 401
+    assert not WebhookDelivery.objects.exists()
+
+
+def test_bodies_up_to_25_mb_are_accepted_and_larger_refused_with_413(
+    webhook_settings: Any, client: Any
+) -> None:
+    padding = "x" * (3 * 1024 * 1024)  # over the site-wide 1 MB cap, under GitHub's 25 MB
+    body = json.dumps({"zen": padding}).encode()
+    assert post_delivery(client, "ping", body).status_code == 202
+    huge = b"{" + b" " * (25 * 1024 * 1024) + b"}"
+    assert post_delivery(client, "ping", huge).status_code == 413
+    assert WebhookDelivery.objects.count() == 1
+
+
+def test_the_delivery_is_processed_by_the_celery_task_after_commit(
+    webhook_settings: Any, client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    eager = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        with django_capture_on_commit_callbacks(execute=True):
+            response = post_delivery(client, "ping", {"zen": "hi"}, delivery_id="celery-1")
+    finally:
+        celery_app.conf.task_always_eager = eager
+    assert response.status_code == 202
+    delivery = WebhookDelivery.objects.get(delivery_id="celery-1")
+    assert (delivery.outcome, delivery.detail) == ("applied", "pong")
+
+
+def test_an_older_edit_never_overwrites_a_newer_one(
+    github_on: Any, client: Any, recipe: Any
+) -> None:
+    issue = issue_payload(number=7, title="Routing", body=EXPERIMENT_BODY)
+    post_delivery(client, "issues", issues_delivery("opened", issue))
+    process_deliveries()
+    newer = dict(issue, body=EXPERIMENT_BODY.replace("It helps.", "It helps a lot."))
+    newer["updated_at"] = "2026-01-03T00:00:00Z"
+    older = dict(issue, body=EXPERIMENT_BODY.replace("It helps.", "It helps a bit."))
+    older["updated_at"] = "2026-01-02T00:00:00Z"
+    post_delivery(client, "issues", issues_delivery("edited", newer))
+    post_delivery(client, "issues", issues_delivery("edited", older))
+    assert process_deliveries() == ["applied", "ignored"]
+    proposal = Proposal.objects.get(github_issue_number=7)
+    assert proposal.hypothesis == "It helps a lot."
+    assert "older edit" in WebhookDelivery.objects.get(action="edited", outcome="ignored").detail
+
+
+def test_the_same_comment_under_two_delivery_ids_is_one_comment(
+    github_on: Any, client: Any, recipe: Any
+) -> None:
+    post_delivery(
+        client,
+        "issues",
+        issues_delivery("opened", issue_payload(number=8, title="R", body=EXPERIMENT_BODY)),
+    )
+    delivery = comment_delivery("created", number=8, comment_id=555, body="Nice", login="ann")
+    post_delivery(client, "issue_comment", delivery, delivery_id="first")
+    post_delivery(client, "issue_comment", delivery, delivery_id="second")
+    assert process_deliveries() == ["applied", "applied", "ignored"]
+    assert Comment.objects.filter(github_comment_id=555).count() == 1
+
+
+def test_comment_edits_apply_in_order_and_deletes_remove(
+    github_on: Any, client: Any, recipe: Any
+) -> None:
+    post_delivery(
+        client,
+        "issues",
+        issues_delivery("opened", issue_payload(number=9, title="R", body=EXPERIMENT_BODY)),
+    )
+    post_delivery(
+        client,
+        "issue_comment",
+        comment_delivery("created", number=9, comment_id=77, body="v1", login="ann"),
+    )
+    for body, when in (("v3", "2026-01-03T00:00:00Z"), ("v2", "2026-01-02T00:00:00Z")):
+        post_delivery(
+            client,
+            "issue_comment",
+            comment_delivery(
+                "edited", number=9, comment_id=77, body=body, login="ann", updated_at=when
+            ),
+        )
+    process_deliveries()
+    assert Comment.objects.get(github_comment_id=77).body == "v3"
+    post_delivery(
+        client,
+        "issue_comment",
+        comment_delivery("deleted", number=9, comment_id=77, body="v3", login="ann"),
+    )
+    process_deliveries()
+    assert not Comment.objects.filter(github_comment_id=77).exists()
+
+
+def test_comments_on_pull_requests_are_not_proposal_comments(
+    github_on: Any, client: Any, recipe: Any
+) -> None:
+    post_delivery(
+        client,
+        "issues",
+        issues_delivery("opened", issue_payload(number=10, title="R", body=EXPERIMENT_BODY)),
+    )
+    post_delivery(
+        client,
+        "issue_comment",
+        comment_delivery(
+            "created", number=10, comment_id=88, body="/approve", login="maxine", pull_request=True
+        ),
+    )
+    assert process_deliveries()[-1] == "ignored"
+    assert not Comment.objects.filter(github_comment_id=88).exists()
+    assert "pull request" in WebhookDelivery.objects.get(event="issue_comment").detail
+
+
+def test_closing_the_issue_is_not_an_outcome(github_on: Any, client: Any, recipe: Any) -> None:
+    issue = issue_payload(number=11, title="R", body=EXPERIMENT_BODY)
+    post_delivery(client, "issues", issues_delivery("opened", issue))
+    post_delivery(client, "issues", issues_delivery("closed", dict(issue, state="closed")))
+    assert process_deliveries() == ["applied", "applied"]
+    proposal = Proposal.objects.get(github_issue_number=11)
+    assert proposal.outcome == ""
+    assert proposal.state == "draft"
+    assert proposal.events.filter(verb="issue closed").exists()
+
+
+def test_deliveries_from_another_repository_are_ignored(
+    github_on: Any, client: Any, recipe: Any
+) -> None:
+    issue = issue_payload(number=12, title="R", body=EXPERIMENT_BODY, repository="evil/fork")
+    post_delivery(client, "issues", issues_delivery("opened", issue))
+    assert process_deliveries() == ["ignored"]
+    assert not Proposal.objects.exists()
+
+
+def test_the_sites_own_new_issue_coming_back_is_not_a_second_proposal(
+    github_on: Any, client: Any, settings: Any, contributor: Any, recipe: Any
+) -> None:
+    from proposals import services
+    from tests.factories import ProposalFactory
+    from tests.proposals.github_support import drain
+
+    settings.GITHUB_BOT_LOGIN = ""  # even without knowing the bot's login
+    proposal = ProposalFactory.create(author=contributor, recipe=recipe)
+    services.proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
+    drain()
+    created = github_on.issue(1)
+    echo = issue_payload(number=2, title=created["title"], body=created["body"], login="bot")
+    post_delivery(client, "issues", issues_delivery("opened", echo))
+    assert process_deliveries() == ["ignored"]
+    assert Proposal.objects.count() == 1
+
+
+def test_withdrawing_a_draft_opens_no_issue(github_on: Any, contributor: Any, recipe: Any) -> None:
+    from proposals import services
+    from proposals.models import GitHubOutbox
+    from tests.factories import ProposalFactory
+
+    proposal = ProposalFactory.create(author=contributor, recipe=recipe)
+    services.proposal_transition(proposal_id=proposal.pk, action="withdraw", actor=contributor)
+    assert not GitHubOutbox.objects.exists()
+
+
+ISSUE_PAYLOADS = [p for p in PAYLOADS if p.parent.name in {"issues", "issue_comment"}]
+
+
+@pytest.mark.parametrize("path", ISSUE_PAYLOADS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_real_payloads_about_a_linked_issue_have_their_effect(
+    webhook_settings: Any, client: Any, contributor: Any, recipe: Any, path: Path
+) -> None:
+    from tests.factories import ProposalFactory
+
+    payload = json.loads(path.read_bytes())
+    issue = payload["issue"]
+    proposal = ProposalFactory.create(
+        author=contributor, recipe=recipe, github_issue_number=issue["number"]
+    )
+    post_delivery(client, _event(path), payload)
+    outcome = process_deliveries()[0]
+    delivery = WebhookDelivery.objects.get()
+    action = payload["action"]
+    if issue.get("pull_request"):
+        assert outcome == "ignored"
+    elif _event(path) == "issue_comment" and action in {"created", "edited"}:
+        assert outcome == "applied"
+        stored = Comment.objects.get(github_comment_id=payload["comment"]["id"])
+        assert stored.proposal == proposal
+        assert stored.body == payload["comment"]["body"]
+        assert stored.author_label == f"@{payload['comment']['user']['login']} on GitHub"
+    elif action in {"closed", "reopened"}:
+        assert outcome == "applied"
+        assert proposal.events.filter(verb=f"issue {action}").exists()
+        proposal.refresh_from_db()
+        assert proposal.outcome == ""
+    elif action in {"deleted", "transferred"} and _event(path) == "issues":
+        assert outcome == "applied"
+        proposal.refresh_from_db()
+        assert proposal.github_issue_number is None
+    else:
+        assert outcome == "ignored", delivery.detail
+    assert delivery.detail
+
+
+OPENED = [p for p in PAYLOADS if p.parent.name == "issues" and p.name.startswith("opened")]
+
+
+@pytest.mark.parametrize("path", OPENED, ids=lambda p: p.name)
+def test_real_opened_payloads_labelled_experiment_become_proposals(
+    webhook_settings: Any, client: Any, recipe: Any, path: Path
+) -> None:
+    payload = json.loads(path.read_bytes())
+    payload["issue"]["labels"] = [*payload["issue"]["labels"], {"name": "experiment"}]
+    post_delivery(client, "issues", payload)
+    assert process_deliveries() == ["applied"]
+    proposal = Proposal.objects.get(github_issue_number=payload["issue"]["number"])
+    assert proposal.title == payload["issue"]["title"]
+    assert proposal.state == "draft"
+    assert proposal.author.username == payload["issue"]["user"]["login"]
+
+
+def test_acknowledging_a_delivery_is_one_insert(
+    webhook_settings: Any, client: Any, django_assert_num_queries: Any
+) -> None:
+    with django_assert_num_queries(3) as captured:  # savepoint, INSERT, release (test transaction)
+        assert post_delivery(client, "ping", {"zen": "hi"}).status_code == 202
+    assert sum("INSERT" in q["sql"] for q in captured.captured_queries) == 1

@@ -1,0 +1,74 @@
+"""Helpers for the run queue tests: launched plans of the tiny recipe, waiting on jobs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from django.db import OperationalError, transaction
+
+from marin_site.celery import app
+from runs import queue, services
+from runs.models import Plan, Recipe
+
+FAST_BASELINE = {"steps": 12, "width": 32}
+CRITERIA = {"metric": "eval/loss", "direction": "lower", "threshold": 0.01}
+
+TWO_POINT_SPEC = """axes:
+  capacity_factor: [2.0]
+"""
+
+
+def frozen_plan(
+    recipe: Recipe,
+    spec: str = TWO_POINT_SPEC,
+    *,
+    baseline: dict[str, Any] | None = None,
+    budget: float | None = None,
+) -> Plan:
+    return services.plan_freeze(
+        recipe=recipe,
+        baseline=FAST_BASELINE if baseline is None else baseline,
+        spec_text=spec,
+        budget_accelerator_hours=budget,
+    )
+
+
+def launched_plan(recipe: Recipe, spec: str = TWO_POINT_SPEC, **kwargs: Any) -> Plan:
+    """A plan launched and expanded (the nudges of the launch are not run)."""
+    launch_kwargs = {
+        k: kwargs.pop(k) for k in ("executor", "max_concurrent_runs", "criteria") if k in kwargs
+    }
+    plan = frozen_plan(recipe, spec, **kwargs)
+    with transaction.atomic():
+        criteria = launch_kwargs.pop("criteria", CRITERIA)
+        services.plan_launch(plan_id=plan.pk, criteria=criteria, **launch_kwargs)
+    queue.plan_expand(plan_id=plan.pk)
+    return plan
+
+
+def wait_for(predicate: Callable[[], Any], *, timeout: float = 30.0, every: float = 0.1) -> Any:
+    """Poll ``predicate`` until truthy. SQLite's shared in-memory test database answers
+    "table is locked" while another thread (worker, live server) writes: poll again."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+        except OperationalError:
+            value = None
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout} s waiting for {predicate}")
+
+
+@pytest.fixture
+def eager_tasks() -> Iterator[None]:
+    """Nudges run inline instead of going to the development broker."""
+    app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = False

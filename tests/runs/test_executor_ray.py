@@ -1,0 +1,181 @@
+"""The ray executor against a real local Ray head that these tests start and stop.
+
+The head runs in its own session, on free ports and its own temp dir, so it touches no
+other Ray on the machine; teardown stops exactly the processes it started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+
+from runs import queue, services
+from runs.executors import JobSpec, JobState
+from runs.executors.ray import RayExecutor
+from runs.models import MetricPoint, PlanLaunch, Run, RunState
+from tests.runs.runs_helpers import (  # noqa: F401
+    eager_tasks,
+    frozen_plan,
+    wait_for,
+)
+
+RAY = Path(sys.executable).with_name("ray")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _own_processes(marker: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if marker.encode() in (proc / "cmdline").read_bytes():
+                    pids.append(int(proc.name))
+    return pids
+
+
+@pytest.fixture(scope="session")
+def ray_address() -> Iterator[str]:
+    temp_dir = tempfile.mkdtemp(prefix="marin-ray-")
+    dashboard = free_port()
+    head = subprocess.Popen(  # noqa: S603
+        [
+            str(RAY),
+            "start",
+            "--head",
+            "--block",
+            "--disable-usage-stats",
+            f"--port={free_port()}",
+            f"--dashboard-port={dashboard}",
+            "--dashboard-host=127.0.0.1",
+            "--include-dashboard=true",
+            "--num-cpus=2",
+            f"--temp-dir={temp_dir}",
+            f"--ray-client-server-port={free_port()}",
+            f"--node-manager-port={free_port()}",
+            f"--object-manager-port={free_port()}",
+            f"--dashboard-agent-listen-port={free_port()}",
+            f"--metrics-export-port={free_port()}",
+            "--min-worker-port=0",
+            "--max-worker-port=0",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    address = f"http://127.0.0.1:{dashboard}"
+
+    def answers() -> bool:
+        try:
+            with urllib.request.urlopen(f"{address}/api/version", timeout=2) as response:  # noqa: S310
+                return response.status == 200
+        except OSError:
+            return False
+
+    try:
+        wait_for(answers, timeout=90, every=0.5)
+        yield address
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(head.pid, signal.SIGKILL)
+        for pid in [head.pid, *_own_processes(temp_dir)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            head.wait(timeout=5)
+
+
+def ray_job(tmp_path: Path, name: str, code: str) -> JobSpec:
+    return JobSpec(
+        job_id=f"{name}-{time.time_ns()}",
+        argv=[sys.executable, "-c", code],
+        workdir=tmp_path / name,
+        env={"RUN_ID": "3"},
+        files={"config.json": "{}"},
+    )
+
+
+def ended(executor: RayExecutor, job_id: str) -> JobState | None:
+    status = executor.poll(job_id)
+    return status.state if status.is_done else None
+
+
+def test_ray_job_runs_once_with_its_files_and_env(ray_address: str, tmp_path: Path) -> None:
+    executor = RayExecutor(address=ray_address)
+    job = ray_job(
+        tmp_path, "ok", "import os; print('run', os.environ['RUN_ID'], open('config.json').read())"
+    )
+    assert executor.submit(job) == job.job_id
+    assert executor.submit(job) == job.job_id  # Ray refuses a second job with that id
+    assert wait_for(lambda: ended(executor, job.job_id), timeout=60) == JobState.SUCCEEDED
+    assert "run 3 {}" in executor.logs(job.job_id)
+
+
+def test_ray_failure_and_stop_are_mapped(ray_address: str, tmp_path: Path) -> None:
+    executor = RayExecutor(address=ray_address)
+    bad = ray_job(tmp_path, "bad", "raise SystemExit(2)")
+    slow = ray_job(tmp_path, "slow", "import time; time.sleep(120)")
+    executor.submit(bad)
+    executor.submit(slow)
+    assert wait_for(lambda: ended(executor, bad.job_id), timeout=60) == JobState.FAILED
+    assert executor.poll(bad.job_id).failure_kind == "config"
+    wait_for(lambda: executor.poll(slow.job_id).state == JobState.RUNNING, timeout=60)
+    executor.cancel(slow.job_id)
+    assert wait_for(lambda: ended(executor, slow.job_id), timeout=60) == JobState.STOPPED
+    assert executor.poll("never-submitted").state == JobState.MISSING
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("eager_tasks")
+def test_tiny_recipe_runs_on_ray_and_a_job_stopped_behind_our_back_crashes(
+    ray_address: str, live_server: Any, settings: Any, tmp_path: Path, recipe: Any
+) -> None:
+    cache.clear()
+    settings.RAY_ADDRESS = ray_address
+    settings.RUNS_API_URL = f"{live_server.url}/api/v1/"
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    plan = frozen_plan(
+        recipe, "axes:\n  weight_decay: [0.1]\n", baseline={"steps": 10, "width": 32}
+    )
+    services.plan_launch(plan_id=plan.pk, executor="ray")  # eager: expands and dispatches
+    runs = list(Run.objects.filter(plan=plan).order_by("pk"))
+    assert [run.state for run in runs] == [RunState.RUNNING, RunState.RUNNING]
+    trained, stopped = runs
+    executor = RayExecutor(address=ray_address)
+    wait_for(lambda: executor.poll(stopped.external_id).state == JobState.RUNNING, timeout=60)
+    executor.cancel(stopped.external_id)  # someone stops the job in Ray, not through us
+
+    def settled() -> bool:
+        queue.runs_reconcile()
+        return not Run.objects.filter(plan=plan, state=RunState.RUNNING).exists()
+
+    wait_for(settled, timeout=90, every=1.0)
+    trained.refresh_from_db()
+    stopped.refresh_from_db()
+    assert trained.state == RunState.FINISHED, executor.logs(trained.external_id)
+    assert trained.external_id == f"run-{trained.pk}-attempt-1"
+    assert MetricPoint.objects.filter(run=trained, key="train/loss").count() == 10
+    assert (stopped.state, stopped.failure_kind) == (RunState.CRASHED, "infra")
+    assert "stopped outside" in stopped.state_reason
+    summary = PlanLaunch.objects.get(plan=plan).summary
+    assert summary is not None
+    assert summary["states"] == {"finished": 1, "crashed": 1}
+    assert json.dumps(summary)

@@ -1,0 +1,241 @@
+"""The runner's doors (metrics, heartbeat, status, tracker import) and metrics out."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from rest_framework.test import APIClient
+
+from runs import queue
+from runs.models import MetricPoint, MetricSummary, Run, RunState
+from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rate_windows() -> None:
+    cache.clear()
+
+
+def start(run: Run) -> tuple[Run, str]:
+    """Mark a queued run running as dispatch would (without an executor) and give its token."""
+    run = queue.run_transition(
+        run_id=run.pk,
+        to_state=RunState.RUNNING,
+        door="worker",
+        changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+    )
+    return run, queue.run_token(run=run)
+
+
+@pytest.fixture
+def running(recipe: Any) -> tuple[Run, str]:
+    run = Run.objects.filter(plan=launched_plan(recipe)).order_by("pk").first()
+    assert run is not None
+    return start(run)
+
+
+def post(api: APIClient, run: Run, token: str, path: str, body: Any) -> Any:
+    raw = body if isinstance(body, str) else json.dumps(body)
+    return api.post(
+        f"/api/v1/runs/{run.pk}/{path}",
+        data=raw,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+
+
+def batch(key: str, steps: range, value: float = 1.0) -> dict[str, Any]:
+    return {"points": [{"key": key, "step": s, "value": value + s, "time": 1.8e9} for s in steps]}
+
+
+def test_points_are_stored_with_summaries(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    response = post(api, run, token, "metrics/", batch("train/loss", range(10), value=-5.0))
+    assert response.status_code == 200, response.content
+    assert response.json() == {"stored": 10}
+    assert MetricPoint.objects.filter(run=run).count() == 10
+    summary = MetricSummary.objects.get(run=run, key="train/loss")
+    assert (summary.last, summary.min, summary.max, summary.step) == (4.0, -5.0, 4.0, 9)
+
+
+def test_resent_batch_changes_nothing(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    body = batch("eval/loss", range(5))
+    post(api, run, token, "metrics/", body)
+    before = list(MetricPoint.objects.filter(run=run).values_list("key", "step", "value"))
+    assert post(api, run, token, "metrics/", body).status_code == 200
+    after = list(MetricPoint.objects.filter(run=run).values_list("key", "step", "value"))
+    assert before == after
+    summary = MetricSummary.objects.get(run=run, key="eval/loss")
+    assert (summary.last, summary.min, summary.max) == (5.0, 1.0, 5.0)
+
+
+def test_token_of_another_run_is_refused(api: APIClient, recipe: Any) -> None:
+    one, other = (start(r) for r in Run.objects.filter(plan=launched_plan(recipe)))
+    response = post(api, one[0], other[1], "metrics/", batch("train/loss", range(1)))
+    assert response.status_code == 403
+    assert MetricPoint.objects.count() == 0
+
+
+def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> None:
+    run, _ = running
+    response = api.post(f"/api/v1/runs/{run.pk}/metrics/", batch("a", range(1)), format="json")
+    assert response.status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ('{"points": [{"key": "train/loss", "step": 1, "value": NaN}]}', "JSON"),
+        ('{"points": [{"key": "train/loss", "step": 1, "value": Infinity}]}', "JSON"),
+        ({"points": [{"key": "train/loss", "step": -1, "value": 1}]}, "points[0]: step"),
+        ({"points": [{"key": "", "step": 1, "value": 1}]}, "points[0]: key"),
+        ({"points": [{"key": "a", "step": 1, "value": "1"}]}, "points[0]: value"),
+        ({"points": [{"key": "a", "step": 1, "value": 1}, 5]}, "points[1]"),
+        ({"values": []}, "points"),
+    ],
+)
+def test_malformed_points_are_refused(
+    api: APIClient, running: tuple[Run, str], body: Any, fragment: str
+) -> None:
+    run, token = running
+    response = post(api, run, token, "metrics/", body)
+    assert response.status_code == 400
+    assert fragment in response.content.decode()
+    assert MetricPoint.objects.count() == 0
+
+
+def test_batch_over_the_point_cap_is_413(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    response = post(api, run, token, "metrics/", batch("train/loss", range(1001)))
+    assert response.status_code == 413
+
+
+def test_body_over_one_megabyte_is_413(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    body = {"points": [{"key": "k" * 150, "step": s, "value": 1.0} for s in range(1000)]}
+    body["pad"] = "x" * 1_000_000  # type: ignore[assignment]
+    assert post(api, run, token, "metrics/", body).status_code == 413
+
+
+def test_rate_over_the_per_run_limit_is_429_with_retry_after(
+    api: APIClient, running: tuple[Run, str], settings: Any
+) -> None:
+    settings.RUNS_METRICS_RATE_PER_MINUTE = 2
+    run, token = running
+    codes = [post(api, run, token, "metrics/", batch("a", range(1))).status_code for _ in range(3)]
+    assert codes == [200, 200, 429]
+    response = post(api, run, token, "metrics/", batch("a", range(1)))
+    assert 1 <= int(response["Retry-After"]) <= 60
+
+
+def test_metrics_for_a_finished_run_are_refused(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    assert post(api, run, token, "metrics/", batch("a", range(1))).status_code == 409
+
+
+def test_heartbeat_records_and_reports_cancel(
+    api: APIClient, running: tuple[Run, str], maintainer: Any
+) -> None:
+    run, token = running
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=None)
+    response = post(api, run, token, "heartbeat/", {})
+    assert response.json() == {"state": "running", "cancel_requested": False}
+    run.refresh_from_db()
+    assert run.heartbeat_at is not None
+    queue.run_cancel(run_id=run.pk, actor=maintainer)
+    assert post(api, run, token, "heartbeat/", {}).json()["cancel_requested"] is True
+
+
+def test_runner_may_finish_or_fail_but_not_kill(api: APIClient, recipe: Any) -> None:
+    (one, one_token), (two, two_token) = (
+        start(r) for r in Run.objects.filter(plan=launched_plan(recipe))
+    )
+    assert post(api, one, one_token, "status/", {"state": "killed"}).status_code == 400
+    assert post(api, one, one_token, "status/", {"state": "finished"}).json() == {
+        "state": "finished"
+    }
+    failed = post(api, two, two_token, "status/", {"state": "failed", "failure_kind": "oom"})
+    assert failed.json() == {"state": "failed"}
+    two.refresh_from_db()
+    assert (two.failure_kind, two.events.last().door) == ("oom", "runner")  # type: ignore[union-attr]
+    assert post(api, two, two_token, "status/", {"state": "finished"}).status_code == 409
+
+
+def test_series_keeps_spikes_when_downsampled(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    for start_step in range(0, 5000, 1000):
+        points = [
+            {"key": "train/loss", "step": s, "value": 100.0 if s == 3217 else 1.0 / (s + 1)}
+            for s in range(start_step, start_step + 1000)
+        ]
+        assert post(api, run, token, "metrics/", {"points": points}).status_code == 200
+    cache.clear()
+    response = api.get(f"/api/v1/runs/{run.pk}/series/", {"key": "train/loss", "points": "100"})
+    data = response.json()
+    assert data["total"] == 5000
+    assert data["downsampled"] is True
+    assert len(data["points"]) <= 100
+    assert [3217, 100.0] in data["points"]
+    steps = [p[0] for p in data["points"]]
+    assert steps == sorted(steps)
+    full = api.get(f"/api/v1/runs/{run.pk}/series/", {"key": "train/loss", "points": "10000"})
+    assert full.json()["downsampled"] is False
+    assert len(full.json()["points"]) == 5000
+
+
+def test_csv_export_has_every_point(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    post(api, run, token, "metrics/", batch("train/loss", range(3)))
+    response = api.get(f"/api/v1/runs/{run.pk}/metrics.csv/", {"key": "train/loss"})
+    lines = b"".join(response.streaming_content).decode().splitlines()  # type: ignore[attr-defined]
+    assert lines[0] == "key,step,value,time"
+    assert [line.split(",")[:3] for line in lines[1:]] == [
+        ["train/loss", "0", "1.0"],
+        ["train/loss", "1", "2.0"],
+        ["train/loss", "2", "3.0"],
+    ]
+
+
+TRACKER = '{"config": {"width": 32}, "summary": {"eval/loss": 2.5, "note": "x"}}\n'
+
+
+def test_tracker_metrics_import_by_run_token(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    response = post(api, run, token, "tracker-metrics/", {"jsonl": TRACKER})
+    assert response.json() == {"final_metrics": {"eval/loss": 2.5}}
+    run.refresh_from_db()
+    assert run.tracker_config == {"width": 32}
+
+
+def test_tracker_metrics_import_by_maintainer_only(
+    api_as: Any, running: tuple[Run, str], maintainer: Any, contributor: Any
+) -> None:
+    run, _ = running
+    url = f"/api/v1/runs/{run.pk}/tracker-metrics/"
+    assert api_as(contributor).post(url, {"jsonl": TRACKER}, format="json").status_code == 403
+    assert api_as(maintainer).post(url, {"jsonl": TRACKER}, format="json").status_code == 200
+
+
+def test_run_list_and_detail_are_public(
+    api: APIClient, running: tuple[Run, str], django_assert_num_queries: Any
+) -> None:
+    run, token = running
+    post(api, run, token, "metrics/", batch("train/loss", range(3)))
+    with django_assert_num_queries(2):
+        listing = api.get("/api/v1/runs/")
+    assert listing.status_code == 200
+    assert listing.json()["count"] == 2
+    with django_assert_num_queries(3):
+        detail = api.get(f"/api/v1/runs/{run.pk}/")
+    body = detail.json()
+    assert body["state"] == "running"
+    assert body["summaries"][0]["key"] == "train/loss"
+    assert [e["verb"] for e in body["events"]] == ["queued", "running"]
+    assert "token" not in json.dumps(body).lower() or body["secret_env_names"] == []

@@ -1,0 +1,239 @@
+"""Dispatch and the reconciler on the local executor, with real subprocesses.
+
+The jobs here are small Python commands put in the plan's recipe snapshot, so each test
+controls how its job behaves; the tiny trainer itself runs in test_runs_end_to_end.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from runs import queue
+from runs.executors.local import LocalExecutor
+from runs.models import Plan, PlanLaunch, Run, RunState
+from tests.runs.runs_helpers import eager_tasks, launched_plan, wait_for  # noqa: F401
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
+
+SLEEPER = '{python} -c "import time; time.sleep(60)"'
+QUICK = "{python} -c \"import json; json.load(open('{config_path}'))\""
+THREE_POINTS = """axes:
+  capacity_factor: [2.0, 3.0]
+"""
+
+
+@pytest.fixture(autouse=True)
+def _run_dir(settings: Any, tmp_path: Path) -> Iterator[None]:
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    settings.RUNS_LOCAL_GRACE_SECONDS = 0.5
+    yield
+    for workdir in (tmp_path / "runs").glob("run-*/attempt-*"):
+        LocalExecutor().cancel(str(workdir))
+
+
+def with_command(plan: Plan, template: str) -> Plan:
+    PlanLaunch.objects.filter(plan=plan).update(command_template=template)
+    return plan
+
+
+def dispatch(capture: Any) -> list[int]:
+    with capture(execute=True):
+        return queue.runs_dispatch()
+
+
+def settle(run: Run, until: set[str], capture: Any, timeout: float = 20) -> Run:
+    def reconciled() -> Run | None:
+        with capture(execute=True):
+            queue.run_reconcile(run_id=run.pk)
+        run.refresh_from_db()
+        return run if run.state in until else None
+
+    return wait_for(reconciled, timeout=timeout, every=0.2)
+
+
+def test_queued_runs_start_and_finish(recipe: Any, django_capture_on_commit_callbacks: Any) -> None:
+    plan = with_command(launched_plan(recipe), QUICK)
+    started = dispatch(django_capture_on_commit_callbacks)
+    assert len(started) == 2
+    for run in Run.objects.filter(plan=plan):
+        assert run.state == RunState.RUNNING
+        assert run.external_id == run.output_path
+        assert run.token_hash
+        assert run.token_hash != queue.run_token(run=run)
+        done = settle(run, {RunState.FINISHED, RunState.FAILED}, django_capture_on_commit_callbacks)
+        assert done.state == RunState.FINISHED, LocalExecutor().logs(run.external_id)
+        config = json.loads((Path(run.output_path) / "config.json").read_text())
+        assert config == run.config
+
+
+def test_executor_limit_keeps_the_rest_queued_with_reason(
+    recipe: Any, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.RUNS_EXECUTOR_MAX_CONCURRENT = {"local": 1}
+    with_command(launched_plan(recipe), SLEEPER)
+    assert len(dispatch(django_capture_on_commit_callbacks)) == 1
+    waiting = Run.objects.get(state=RunState.QUEUED)
+    assert "executor 'local' is at its limit of 1" in waiting.state_reason
+
+
+def test_plan_limit_keeps_the_rest_queued(
+    recipe: Any, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.RUNS_EXECUTOR_MAX_CONCURRENT = {"local": 8}
+    with_command(launched_plan(recipe, THREE_POINTS, max_concurrent_runs=2), SLEEPER)
+    assert len(dispatch(django_capture_on_commit_callbacks)) == 2
+    waiting = Run.objects.get(state=RunState.QUEUED)
+    assert "the plan is at its limit of 2" in waiting.state_reason
+
+
+def test_budget_keeps_a_run_queued_with_the_reason(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = launched_plan(recipe, budget=1.0)
+    with_command(plan, SLEEPER)
+    hours = Run.objects.filter(plan=plan).order_by("pk")
+    first = hours[0]
+    Plan.objects.filter(pk=plan.pk).update(budget_accelerator_hours=first.accelerator_hours * 1.5)
+    assert dispatch(django_capture_on_commit_callbacks) == [first.pk]
+    waiting = Run.objects.get(plan=plan, state=RunState.QUEUED)
+    assert waiting.state_reason.startswith("waiting: would exceed the plan budget")
+
+
+def test_duplicate_dispatch_starts_each_job_once(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(
+        launched_plan(recipe),
+        QUICK.replace("json.load", "open('started','a').write('x'); json.load"),
+    )
+    dispatch(django_capture_on_commit_callbacks)
+    assert dispatch(django_capture_on_commit_callbacks) == []
+    for run in Run.objects.filter(plan=plan):
+        assert queue.run_submit(run_id=run.pk) == run.external_id  # a duplicate delivery
+        settle(run, {RunState.FINISHED}, django_capture_on_commit_callbacks)
+        assert (Path(run.output_path) / "started").read_text() == "x"
+        assert run.events.filter(verb="running").count() == 1
+
+
+def test_cancel_a_queued_run_kills_it_at_once(recipe: Any, maintainer: Any) -> None:
+    run = Run.objects.filter(plan=launched_plan(recipe)).first()
+    assert run is not None
+    queue.run_cancel(run_id=run.pk, actor=maintainer)
+    run.refresh_from_db()
+    assert run.state == RunState.KILLED
+    assert run.cancel_requested_at is not None
+    assert run.pk not in queue.runs_dispatch()
+
+
+def test_cancel_a_running_run_stops_its_process(
+    recipe: Any, maintainer: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(launched_plan(recipe), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    wait_for((Path(run.output_path) / "child.json").exists)
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.run_cancel(run_id=run.pk, actor=maintainer)
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING
+    assert run.cancel_requested_at is not None
+    done = settle(run, {RunState.KILLED, RunState.CRASHED}, django_capture_on_commit_callbacks)
+    assert done.state == RunState.KILLED
+    pgid = json.loads((Path(run.output_path) / "child.json").read_text())["pgid"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+
+
+def test_killed_process_is_reconciled_to_failed(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(launched_plan(recipe), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    wait_for((Path(run.output_path) / "child.json").exists)
+    os.kill(json.loads((Path(run.output_path) / "child.json").read_text())["pid"], signal.SIGKILL)
+    done = settle(run, {RunState.FAILED, RunState.CRASHED}, django_capture_on_commit_callbacks)
+    assert (done.state, done.failure_kind) == (RunState.FAILED, "oom")
+
+
+def test_vanished_job_is_reconciled_to_crashed(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(launched_plan(recipe), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    wait_for((Path(run.output_path) / "child.json").exists)
+    pids = json.loads((Path(run.output_path) / "child.json").read_text())
+    os.kill(pids["supervisor"], signal.SIGKILL)  # the whole job disappears, no exit recorded
+    os.killpg(pids["pgid"], signal.SIGKILL)
+    done = settle(run, {RunState.CRASHED, RunState.FAILED}, django_capture_on_commit_callbacks)
+    assert (done.state, done.failure_kind) == (RunState.CRASHED, "infra")
+    assert "vanished" in done.state_reason
+
+
+def test_stale_heartbeat_is_crashed_and_its_job_stopped(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(launched_plan(recipe), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    wait_for((Path(run.output_path) / "child.json").exists)
+    Run.objects.filter(pk=run.pk).update(heartbeat_timeout_seconds=0)
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.run_reconcile(run_id=run.pk)
+    run.refresh_from_db()
+    assert (run.state, run.failure_kind) == (RunState.CRASHED, "infra")
+    assert "no heartbeat" in run.state_reason
+    executor = LocalExecutor()
+    assert wait_for(lambda: executor.poll(run.external_id).is_done)
+
+
+def test_worker_killed_between_commit_and_submit_is_resubmitted(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """What a worker SIGKILLed mid-dispatch leaves: a running run with no job. The
+    reconciler submits it (same job id, same token) instead of losing it."""
+    plan = with_command(launched_plan(recipe), QUICK)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    queue.run_start(run_id=run.pk)  # committed, but the on-commit submit never ran
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING
+    assert not run.external_id
+    assert not Path(run.output_path).exists()
+    done = settle(run, {RunState.FINISHED}, django_capture_on_commit_callbacks)
+    assert done.external_id == done.output_path
+
+
+def test_lost_dispatch_message_is_made_good_by_the_reconciler(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(launched_plan(recipe), QUICK)
+    PlanLaunch.objects.filter(plan=plan).update(expanded_at=None)
+    Run.objects.filter(plan=plan).delete()  # neither the expansion nor the dispatch ran
+    with django_capture_on_commit_callbacks(execute=True):
+        report = queue.runs_reconcile()
+    assert report["expanded"] == 2
+    assert report["started"] == 2
+    assert Run.objects.filter(plan=plan, state=RunState.RUNNING).count() == 2
+
+
+def test_config_error_in_command_template_fails_the_run(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(launched_plan(recipe), "{python} -m x --config {missing}")
+    dispatch(django_capture_on_commit_callbacks)
+    assert set(Run.objects.filter(plan=plan).values_list("state", "failure_kind")) == {
+        (RunState.FAILED, "config")
+    }

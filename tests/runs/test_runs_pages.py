@@ -1,0 +1,51 @@
+"""The public run page and the run table the proposal page can include."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.template import Context, Template
+from django.test import Client
+
+from runs import queue
+from runs.models import MetricSummary, Run, RunState
+from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
+
+
+def test_run_page_is_public_and_shows_state_metrics_and_timeline(
+    client: Client, recipe: Any, django_assert_max_num_queries: Any
+) -> None:
+    run = Run.objects.filter(plan=launched_plan(recipe)).first()
+    assert run is not None
+    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    MetricSummary.objects.create(run=run, key="eval/loss", last=2.25, min=2.0, max=5.0, step=9)
+    with django_assert_max_num_queries(8):
+        response = client.get(run.get_absolute_url())
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert "running" in page
+    assert "eval/loss" in page
+    assert "2.25000" in page
+    assert "queued → running" in page
+
+
+def test_missing_run_is_404(client: Client) -> None:
+    assert client.get("/runs/999999/").status_code == 404
+
+
+def test_run_table_include_lists_a_plans_runs(recipe: Any) -> None:
+    plan = launched_plan(recipe)
+    template = Template(
+        "{% load runs_tags %}{% plan_runs plan_id as runs %}{% plan_launch plan_id as launch %}"
+        '{% include "runs/_run_table.html" with runs=runs launch=launch %}'
+    )
+    html = template.render(Context({"plan_id": plan.pk}))
+    assert html.count('href="/runs/') == 2
+    assert "baseline" in html
+    assert "capacity_factor=2.0" in html
+    assert "No runs yet" in Template(
+        '{% load runs_tags %}{% plan_runs None as runs %}{% include "runs/_run_table.html" %}'
+    ).render(Context({}))
