@@ -117,7 +117,7 @@ def validate_compute_model(model: Any) -> list[str]:
         value = model.get(key)
         if key in model and (isinstance(value, bool) or not isinstance(value, int | float)):
             errors.append(f"'{key}' must be a number")
-        elif key in model and value <= 0:
+        elif key in model and value is not None and value <= 0:
             errors.append(f"'{key}' must be positive")
     mfu = model.get("assumed_mfu")
     if isinstance(mfu, int | float) and not isinstance(mfu, bool) and mfu > 1:

@@ -189,7 +189,8 @@ class _NoAliasLoader(yaml.SafeLoader):
 
 
 _NoAliasLoader.add_constructor(
-    "tag:yaml.org,2002:timestamp", lambda loader, node: loader.construct_scalar(node)
+    "tag:yaml.org,2002:timestamp",
+    lambda loader, node: loader.construct_scalar(node),  # type: ignore[arg-type]
 )
 
 
@@ -371,13 +372,14 @@ def build_plan(
     seen: dict[str, int] = {}
     for scale in spec.scales or [""]:
         scale_overrides = recipe.scales.get(scale, {}) if scale else {}
-        for seed in spec.seeds or [None]:
+        seeds: list[int | None] = list(spec.seeds) or [None]
+        for seed in seeds:
             seed_override = {} if seed is None else {"seed": seed}
             base_config = deep_merge(
                 recipe.default_config, baseline, scale_overrides, seed_override
             )
             base_hash = config_hash(base_config)
-            grid = [({}, base_config)] + [
+            grid: list[tuple[dict[str, Any], dict[str, Any]]] = [({}, base_config)] + [
                 (point, deep_merge(base_config, point, seed_override))  # the seed wins
                 for point in _points(spec)
             ]

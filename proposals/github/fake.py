@@ -371,7 +371,7 @@ class _Handler(BaseHTTPRequestHandler):
             finally:
                 self.fake.state.rate_remaining = 5000
 
-    def _route(  # noqa: PLR0912  (a router: one branch per endpoint)
+    def _route(
         self, method: str, path: str, query: dict[str, str], body: dict[str, Any]
     ) -> tuple[int, Any, dict[str, str]]:
         fake, state = self.fake, self.fake.state
@@ -442,7 +442,7 @@ class _Handler(BaseHTTPRequestHandler):
         issues.sort(key=lambda i: i["number"], reverse=query.get("direction", "desc") == "desc")
         return issues
 
-    def _issue_route(  # noqa: PLR0912  (a router: one branch per endpoint)
+    def _issue_route(
         self,
         *,
         method: str,
