@@ -1,6 +1,15 @@
 from django.contrib import admin
 
-from runs.models import Plan, PlanEntry, Recipe
+from runs.models import (
+    MetricPoint,
+    MetricSummary,
+    Plan,
+    PlanEntry,
+    PlanLaunch,
+    Recipe,
+    Run,
+    RunEvent,
+)
 
 
 @admin.register(Recipe)
@@ -31,3 +40,35 @@ class PlanEntryAdmin(admin.ModelAdmin):
     list_filter = ["is_baseline"]
     search_fields = ["config_hash"]
     raw_id_fields = ["plan"]
+
+
+@admin.register(PlanLaunch)
+class PlanLaunchAdmin(admin.ModelAdmin):
+    list_display = ["plan", "executor"]
+    raw_id_fields = ["plan"]
+
+
+@admin.register(Run)
+class RunAdmin(admin.ModelAdmin):
+    list_display = ["id", "plan", "state", "failure_kind", "executor", "attempt"]
+    list_filter = ["state", "failure_kind", "executor"]
+    raw_id_fields = ["plan", "entry"]
+
+
+@admin.register(MetricSummary)
+class MetricSummaryAdmin(admin.ModelAdmin):
+    list_display = ["run", "key", "last", "min", "max"]
+    raw_id_fields = ["run"]
+
+
+@admin.register(MetricPoint)
+class MetricPointAdmin(admin.ModelAdmin):
+    list_display = ["run", "key", "step", "value"]
+    raw_id_fields = ["run"]
+    show_full_result_count = False
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(admin.ModelAdmin):
+    list_display = ["run", "verb", "created_at"]
+    raw_id_fields = ["run"]
