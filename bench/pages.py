@@ -176,6 +176,8 @@ def django_env(args: argparse.Namespace) -> dict[str, str]:
             "ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
             "SECURE_COOKIES": "0",
             "LOG_LEVEL": os.environ.get("LOG_LEVEL", "WARNING"),
+            "CACHE_URL": args.cache_url,
+            "PAGE_CACHE_SECONDS": str(args.page_cache_seconds),
         }
     )
     return env
@@ -1047,6 +1049,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--worker-class", default="gthread", choices=["gthread", "sync"])
     p.add_argument(
         "--wsgi", default="marin_site.wsgi", help="WSGI module for gunicorn (to try a variant)"
+    )
+    p.add_argument(
+        "--cache-url",
+        default="redis://127.0.0.1:6379/9",
+        help="the shared cache, as in production (README); empty for a per-process memory cache",
+    )
+    p.add_argument(
+        "--page-cache-seconds",
+        type=int,
+        default=30,
+        help="the public page cache for anonymous readers; 0 measures every page rendered afresh",
     )
     p.add_argument("--loader", default="auto", choices=["auto", "wrk", "python"])
     p.add_argument("--wrk-threads", type=int, default=1)

@@ -74,6 +74,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
+    "marin_site.pagecache.PublicPageCacheMiddleware",
 ]
 
 ROOT_URLCONF = "marin_site.urls"
@@ -173,6 +174,18 @@ if os.environ.get("CACHE_URL", "").startswith("redis"):
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": os.environ["CACHE_URL"],
     }
+
+# Public pages for anonymous readers, from the shared cache (see marin_site/pagecache.py).
+# Off by default without a shared cache: a per-process memory cache cannot see the
+# worker's writes.
+PAGE_CACHE_SECONDS = int(
+    os.environ.get(
+        "PAGE_CACHE_SECONDS", "30" if CACHES["default"]["BACKEND"].endswith("RedisCache") else "0"
+    )
+)
+PAGE_CACHE_VIEWS = frozenset(
+    {"proposals:list", "proposals:detail", "proposal-list", "proposal-detail"}
+)
 
 # Celery: Redis in production; a filesystem broker (no server) by default.
 BROKER_DIR = VAR_DIR / "broker"

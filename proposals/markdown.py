@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import markdown as md
 import nh3
 from django.utils.safestring import SafeString, mark_safe
@@ -61,10 +63,30 @@ URL_SCHEMES = {"http", "https", "mailto"}
 EXTENSIONS = ["fenced_code", "tables", "sane_lists", "nl2br"]
 
 
+MEMO_MAX_CHARS = 32_000
+
+
 def render_markdown(text: str) -> SafeString:
-    """Markdown to HTML that is safe to put in a page, whatever the input."""
-    html = md.markdown(text or "", extensions=EXTENSIONS, output_format="html")
-    clean = nh3.clean(
+    """Markdown to HTML that is safe to put in a page, whatever the input.
+
+    The output depends on the text alone, so texts of ordinary size are remembered
+    (a bounded LRU per process): a list of 25 proposals does not build 25 Markdown parsers
+    on every request.
+    """
+    text = text or ""
+    if len(text) <= MEMO_MAX_CHARS:
+        return mark_safe(_render_memo(text))  # noqa: S308 (sanitized by nh3 in _render)
+    return mark_safe(_render(text))  # noqa: S308 (sanitized by nh3 in _render)
+
+
+@lru_cache(maxsize=2048)
+def _render_memo(text: str) -> str:
+    return _render(text)
+
+
+def _render(text: str) -> str:
+    html = md.markdown(text, extensions=EXTENSIONS, output_format="html")
+    return nh3.clean(
         html,
         tags=ALLOWED_TAGS,
         attributes=ALLOWED_ATTRIBUTES,
@@ -72,4 +94,3 @@ def render_markdown(text: str) -> SafeString:
         link_rel="nofollow noopener noreferrer",
         strip_comments=True,
     )
-    return mark_safe(clean)  # noqa: S308 (sanitized by nh3 just above)

@@ -5,9 +5,37 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db.models import Avg, Count, Prefetch, Q, QuerySet
+from django.db.models import (
+    Avg,
+    Count,
+    FloatField,
+    IntegerField,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+)
+from django.db.models.functions import Coalesce
 
 from proposals.models import Comment, Event, Proposal, Review, State
+
+
+def _per_proposal(aggregate: Any, output_field: Any) -> Subquery:
+    """An aggregate over one proposal's reviews, as a correlated subquery.
+
+    A JOIN with GROUP BY would make the database group every proposal before it sorts and
+    takes one page; the subquery runs for the rows of the page only.
+    """
+    reviews = (
+        Review.objects.filter(proposal=OuterRef("pk"))
+        .order_by()
+        .values("proposal")
+        .annotate(value=aggregate)
+        .values("value")
+    )
+    return Subquery(reviews, output_field=output_field)
 
 
 def proposal_list() -> QuerySet[Proposal]:
@@ -16,8 +44,10 @@ def proposal_list() -> QuerySet[Proposal]:
         Proposal.objects.select_related("author", "recipe")
         .prefetch_related("labels")
         .annotate(
-            review_count=Count("reviews", distinct=True),
-            average_score=Avg("reviews__score"),
+            review_count=Coalesce(
+                _per_proposal(Count("pk"), IntegerField()), Value(0), output_field=IntegerField()
+            ),
+            average_score=_per_proposal(Avg("score"), FloatField()),
         )
         .order_by("-created_at", "-id")
     )

@@ -11,6 +11,7 @@ from django.core.paginator import Paginator
 from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
+from django.utils.cache import patch_cache_control
 from django.views.decorators.http import require_POST
 
 from marin_site.errors import DomainError
@@ -20,6 +21,7 @@ from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
 from proposals.markdown import render_markdown
 from proposals.models import Door, Proposal, State
+from runs import selectors as run_selectors
 from runs.services import plan_build
 
 TRANSITION_LABELS = {
@@ -111,7 +113,11 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
         **_plan_context(proposal),
     }
-    return render(request, "proposals/detail.html", context)
+    response = render(request, "proposals/detail.html", context)
+    if proposal.plan_id is not None and run_selectors.plan_in_flight(plan_id=proposal.plan_id):
+        # Its numbers change every few seconds: never serve it from the page cache.
+        patch_cache_control(response, private=True)
+    return response
 
 
 def _form_page(

@@ -7,4 +7,10 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from runs import permissions  # noqa: F401  (registers the rules)
+        from marin_site.pagecache import invalidate_on_change
+        from runs import (
+            models,
+            permissions,  # noqa: F401  (registers the rules)
+        )
+
+        invalidate_on_change(models.Recipe, models.Plan, models.PlanLaunch, models.Run)

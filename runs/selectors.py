@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import Count, QuerySet
 
-from runs.models import Plan, PlanEntry, Recipe, Run
+from runs.models import TERMINAL_RUN_STATES, Plan, PlanEntry, Recipe, Run
 
 
 def recipe_list(*, include_inactive: bool = False) -> QuerySet[Recipe]:
@@ -36,3 +36,8 @@ def plan_runs(*, plan_id: int) -> QuerySet[Run]:
         .select_related("entry")
         .order_by("entry__index", "sequence")
     )
+
+
+def plan_in_flight(*, plan_id: int) -> bool:
+    """Whether any run of the plan is still queued, running or preempted."""
+    return Run.objects.filter(plan_id=plan_id).exclude(state__in=TERMINAL_RUN_STATES).exists()
