@@ -65,6 +65,7 @@ def environment(args: argparse.Namespace, var_dir: str) -> dict[str, str]:
             "GITHUB_TOKEN": "",  # sync off: the bench measures the receiving side
             "GITHUB_REPOSITORY": "",
             "CELERY_BROKER_URL": args.broker,
+            "CACHE_URL": args.cache,
             "MARIN_VAR_DIR": var_dir,
             "LOG_LEVEL": "WARNING",
         }
@@ -268,6 +269,11 @@ def main() -> int:
         help="a PostgreSQL URL, or 'sqlite'",
     )
     parser.add_argument("--broker", default="redis://127.0.0.1:6379/14")
+    parser.add_argument(
+        "--cache",
+        default="redis://127.0.0.1:6379/13",
+        help="the shared cache, as in production; '' for per-process memory (a nudge per delivery)",
+    )
     parser.add_argument("--settings", default="marin_site.settings")
     parser.add_argument("--drain-timeout", type=float, default=300)
     parser.add_argument("--record", action="store_true", help="append to bench/RESULTS.md")

@@ -175,12 +175,15 @@ if os.environ.get("CACHE_URL", "").startswith("redis"):
         "LOCATION": os.environ["CACHE_URL"],
     }
 
+# Whether every process (web and worker) sees the same cache.
+SHARED_CACHE = CACHES["default"]["BACKEND"].endswith("RedisCache")
+
 # Public pages for anonymous readers, from the shared cache (see marin_site/pagecache.py).
 # Off by default without a shared cache: a per-process memory cache cannot see the
 # worker's writes.
 PAGE_CACHE_SECONDS = int(
     os.environ.get(
-        "PAGE_CACHE_SECONDS", "30" if CACHES["default"]["BACKEND"].endswith("RedisCache") else "0"
+        "PAGE_CACHE_SECONDS", "30" if SHARED_CACHE else "0"
     )
 )
 PAGE_CACHE_VIEWS = frozenset(

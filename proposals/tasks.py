@@ -31,3 +31,8 @@ def github_outbox_reconcile() -> int:
 @shared_task(name="proposals.github_delivery_process", time_limit=120, soft_time_limit=100)
 def github_delivery_process(*, delivery_id: int) -> str:
     return services.delivery_process(delivery_id=delivery_id)
+
+
+@shared_task(name="proposals.github_deliveries_drain", time_limit=600, soft_time_limit=580)
+def github_deliveries_drain() -> int:
+    return services.deliveries_drain()

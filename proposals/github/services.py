@@ -16,6 +16,7 @@ from typing import Any
 from allauth.socialaccount.models import SocialAccount
 from django.conf import settings
 from django.contrib.auth.models import Group, User
+from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
@@ -85,9 +86,7 @@ def _in_transaction() -> bool:
 
 
 def delivery_store(*, delivery_id: str, event: str, payload: dict[str, Any]) -> bool:
-    """Store a verified delivery and queue its processing; False when seen before."""
-    from proposals import tasks
-
+    """Store a verified delivery and nudge a worker to process it; False when seen before."""
     raw_action = payload.get("action")
     action = raw_action if isinstance(raw_action, str) else ""
     try:  # one INSERT; the unique delivery id is the dedupe (a savepoint only if in a transaction)
@@ -96,21 +95,55 @@ def delivery_store(*, delivery_id: str, event: str, payload: dict[str, Any]) -> 
             if _in_transaction()
             else contextlib.nullcontext()
         ):
-            delivery = WebhookDelivery.objects.create(
+            WebhookDelivery.objects.create(
                 delivery_id=delivery_id[:100], event=event[:50], action=action[:50], payload=payload
             )
     except IntegrityError:
         return False
-    pk = delivery.pk
-
-    def send() -> None:
-        try:
-            tasks.github_delivery_process.apply_async(kwargs={"delivery_id": pk}, retry=False)
-        except Exception:  # broker down: the reconciler processes it
-            logger.warning("could not enqueue webhook delivery %s", pk)
-
-    transaction.on_commit(send, robust=True)
+    transaction.on_commit(deliveries_nudge, robust=True)
     return True
+
+
+DRAIN_NUDGED = "github:deliveries:nudged"
+DRAIN_NUDGE_SECONDS = 30
+
+
+def deliveries_nudge() -> None:
+    """Ask a worker to process the stored deliveries.
+
+    With a shared cache, one queued nudge stands for every delivery stored until a worker
+    takes it up (the worker clears the flag before it looks for work), so a burst of
+    deliveries costs one broker message instead of one each, and the webhook answers
+    sooner. If the nudge is lost anyway, the reconciler finds what is left unprocessed.
+    """
+    from proposals import tasks
+
+    shared = settings.SHARED_CACHE
+    if shared and not cache.add(DRAIN_NUDGED, 1, timeout=DRAIN_NUDGE_SECONDS):
+        return
+    try:
+        tasks.github_deliveries_drain.apply_async(retry=False)
+    except Exception:  # broker down: the reconciler processes them
+        logger.warning("could not enqueue the processing of webhook deliveries")
+        if shared:
+            cache.delete(DRAIN_NUDGED)
+
+
+def deliveries_drain(*, batch: int = 200) -> int:
+    """Process every stored, unprocessed delivery, oldest first; returns how many."""
+    cache.delete(DRAIN_NUDGED)  # before looking: a delivery stored from now on nudges again
+    done = 0
+    while True:
+        pending = list(
+            WebhookDelivery.objects.filter(outcome=WebhookDelivery.Outcome.PENDING)
+            .order_by("received_at", "pk")
+            .values_list("pk", flat=True)[:batch]
+        )
+        for pk in pending:
+            if delivery_process(delivery_id=pk):
+                done += 1
+        if len(pending) < batch:
+            return done
 
 
 def delivery_process(*, delivery_id: int) -> str:

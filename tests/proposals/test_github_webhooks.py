@@ -133,6 +133,79 @@ def test_the_delivery_is_processed_by_the_celery_task_after_commit(
     assert (delivery.outcome, delivery.detail) == ("applied", "pong")
 
 
+def test_a_burst_of_deliveries_costs_one_nudge_with_a_shared_cache(
+    webhook_settings: Any,
+    settings: Any,
+    client: Any,
+    monkeypatch: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.core.cache import cache
+
+    from proposals import tasks
+
+    settings.SHARED_CACHE = True
+    cache.clear()
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1))
+    with django_capture_on_commit_callbacks(execute=True):
+        for n in range(5):
+            assert post_delivery(client, "ping", {"zen": f"z{n}"}).status_code == 202
+    assert len(sent) == 1
+
+    assert tasks.github_deliveries_drain() == 5  # what the worker runs: all five, oldest first
+    assert not WebhookDelivery.objects.filter(outcome="pending").exists()
+    with django_capture_on_commit_callbacks(execute=True):  # the worker cleared the flag
+        post_delivery(client, "ping", {"zen": "late"})
+    assert len(sent) == 2
+    assert tasks.github_deliveries_drain() == 1
+
+
+def test_without_a_shared_cache_every_delivery_nudges(
+    webhook_settings: Any,
+    settings: Any,
+    client: Any,
+    monkeypatch: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from proposals import tasks
+
+    settings.SHARED_CACHE = False
+    sent: list[int] = []
+    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1))
+    with django_capture_on_commit_callbacks(execute=True):
+        for n in range(3):
+            post_delivery(client, "ping", {"zen": f"z{n}"})
+    assert len(sent) == 3
+
+
+def test_a_lost_nudge_does_not_block_the_next_one(
+    webhook_settings: Any,
+    settings: Any,
+    client: Any,
+    monkeypatch: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.core.cache import cache
+
+    from proposals import tasks
+
+    settings.SHARED_CACHE = True
+    cache.clear()
+    calls: list[int] = []
+
+    def broker_down(**kwargs: Any) -> None:
+        calls.append(1)
+        raise ConnectionError("broker down")
+
+    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", broker_down)
+    with django_capture_on_commit_callbacks(execute=True):
+        assert post_delivery(client, "ping", {"zen": "a"}).status_code == 202
+        assert post_delivery(client, "ping", {"zen": "b"}).status_code == 202
+    assert len(calls) == 2  # the failed nudge did not leave the flag set
+    assert WebhookDelivery.objects.filter(outcome="pending").count() == 2
+
+
 def test_an_older_edit_never_overwrites_a_newer_one(
     github_on: Any, client: Any, recipe: Any
 ) -> None:
