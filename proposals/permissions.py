@@ -29,7 +29,6 @@ CANCEL = "proposals.cancel_proposal"
 RECORD_OUTCOME = "proposals.record_outcome_proposal"
 COMMENT = "proposals.comment_proposal"
 VIEW_REVIEW_QUEUE = "proposals.view_review_queue"
-MANAGE_RECIPES = "runs.manage_recipe"
 HOLD = "proposals.hold_proposal"
 RERUN = "proposals.rerun_proposal"
 MANAGE_GITHUB_SYNC = "proposals.manage_github_sync"
@@ -85,7 +84,6 @@ rules.add_perm(CANCEL, is_maintainer)
 rules.add_perm(RECORD_OUTCOME, is_maintainer)
 rules.add_perm(COMMENT, is_contributor)
 rules.add_perm(VIEW_REVIEW_QUEUE, is_reviewer)
-rules.add_perm(MANAGE_RECIPES, is_maintainer)
 rules.add_perm(HOLD, is_maintainer)
 rules.add_perm(RERUN, is_maintainer)
 rules.add_perm(MANAGE_GITHUB_SYNC, is_maintainer)

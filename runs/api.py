@@ -22,7 +22,6 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
-from proposals import permissions as perms
 from runs import metrics, queue, selectors, services
 from runs import permissions as run_perms
 from runs.executors import get_executor
@@ -51,7 +50,7 @@ class RecipeViewSet(
 
     serializer_class = RecipeSerializer
     permission_classes = [HasNamedPermission]
-    permission_name = perms.MANAGE_RECIPES
+    permission_name = run_perms.MANAGE_RECIPES
     filterset_fields = ["name", "is_active"]
 
     def get_queryset(self) -> Any:

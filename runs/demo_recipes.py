@@ -1,6 +1,6 @@
 """The recipes the demo data and the tests register: a tiny MoE and a Marin-scale MoE.
 
-``tiny-moe`` is sized for a laptop CPU (its trainer arrives with the run queue);
+``tiny-moe`` is sized for a laptop CPU (its trainer is ``runs/tiny_moe.py``);
 ``marin-moe`` prices runs at the scale of Marin 535B-A23B on TPU v5p.
 """
 

@@ -1,7 +1,7 @@
 """The permissions of runs, declared once (django-rules) and used by every door.
 
 Roles are the site's Django groups; a maintainer (group ``maintainer`` or a superuser)
-dispatches, cancels, reruns and retries runs. Reading runs and metrics is public.
+registers recipes and dispatches, cancels, reruns and retries runs. Reading runs and metrics is public.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ CANCEL_RUN = "runs.cancel_run"
 RERUN_RUN = "runs.rerun_run"
 RETRY_RUN = "runs.retry_run"
 IMPORT_METRICS = "runs.import_metrics_run"
+MANAGE_RECIPES = "runs.manage_recipe"
 
 
 @rules.predicate
@@ -29,3 +30,4 @@ rules.add_perm(CANCEL_RUN, is_run_maintainer)
 rules.add_perm(RERUN_RUN, is_run_maintainer)
 rules.add_perm(RETRY_RUN, is_run_maintainer)
 rules.add_perm(IMPORT_METRICS, is_run_maintainer)
+rules.add_perm(MANAGE_RECIPES, is_run_maintainer)

@@ -12,9 +12,10 @@ from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 
 from runs import selectors, services
+from runs import permissions as run_perms
 from runs.models import Recipe
 
-MANAGE_RECIPES = "runs.manage_recipe"
+MANAGE_RECIPES = run_perms.MANAGE_RECIPES
 JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales")
 
 

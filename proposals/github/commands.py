@@ -8,11 +8,9 @@ gets an answer comment: what was done, or why it was refused.
 
 from __future__ import annotations
 
-import importlib
 import re
 from dataclasses import dataclass
 
-from django.apps import apps
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -22,6 +20,8 @@ from proposals import permissions as perms
 from proposals import services
 from proposals.github.body import FENCE, normalise
 from proposals.models import Door, Proposal
+from runs.models import Run
+from runs.queue import run_rerun
 
 COMMAND = re.compile(
     r"^ {0,3}/(approve|reject|request-changes|hold|unhold|cancel|rerun|status)(?=\s|$)[ \t]*(.*)$"
@@ -68,19 +68,13 @@ def _status_text(proposal: Proposal) -> str:
 def _rerun(proposal: Proposal, user: User, argument: str) -> str:
     if not user.has_perm(perms.RERUN, proposal):
         raise DomainError("You do not have permission to rerun runs of this proposal.")
-    try:
-        run_model = apps.get_model("runs", "Run")
-        rerun = getattr(importlib.import_module("runs.queue"), "run_rerun", None)
-    except (LookupError, ImportError):
-        rerun = None
-    if rerun is None:
-        raise DomainError("Reruns are not available until the run queue exists.")
-    if not argument.lstrip("#").isdigit():
+    number = argument.strip().lstrip("#")
+    if not number.isdigit() or len(number) > 18:
         raise DomainError("Say which run: `/rerun RUN` with the run's number.")
-    run = run_model.objects.filter(pk=int(argument.lstrip("#"))).first()
+    run = Run.objects.filter(pk=int(number)).first()
     if run is None or proposal.plan_id is None or run.plan_id != proposal.plan_id:
         raise DomainError(f"Run {argument} is not one of this proposal's runs.")
-    new_run = rerun(run_id=run.pk, actor=user, door=Door.GITHUB)
+    new_run = run_rerun(run_id=run.pk, actor=user, door=Door.GITHUB)
     return f"run {run.pk} queued again as run {new_run.pk}"
 
 

@@ -6,8 +6,10 @@ receivers queue outbox rows in a transaction of their own.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 
 from proposals.github import outbox
@@ -22,13 +24,23 @@ def on_run_state_changed(sender: Any, *, plan_id: int, **kwargs: Any) -> None:
 
 
 def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kwargs: Any) -> None:
+    """The result comment: the table of final metrics, the verdict it suggests and a link.
+
+    One comment per distinct result: the same summary announced twice is one comment, and
+    a plan that finishes again after a rerun (new run ids in the table) gets a new one.
+    """
     with transaction.atomic():
         proposal = Proposal.objects.filter(plan_id=plan_id).first()
         if proposal is None:
             return
         table = str((summary or {}).get("markdown") or "").strip()
+        link = f"{settings.SITE_URL}{proposal.get_absolute_url()}"
         body = "**Results: every run of the plan has finished.**"
         if table:
             body += f"\n\n{table}"
-        outbox.outbox_comment_enqueue(proposal=proposal, key=f"result:{plan_id}", body=body)
+        body += f"\n\nCurves, logs and every run: {link}"
+        digest = hashlib.sha256(table.encode()).hexdigest()[:16]
+        outbox.outbox_comment_enqueue(
+            proposal=proposal, key=f"result:{plan_id}:{digest}", body=body
+        )
         outbox.outbox_proposal_changed(proposal=proposal)

@@ -100,7 +100,12 @@ def drain(timeout: float = 20.0) -> None:
         for proposal_id in sorted(ids):
             outbox_drain(proposal_id=proposal_id)
         time.sleep(0.01)
-    raise AssertionError("the outbox did not drain in time")
+    rows = list(
+        GitHubOutbox.objects.exclude(state=OutboxState.DONE).values(
+            "id", "operation", "state", "attempts", "last_error"
+        )
+    )
+    raise AssertionError(f"the outbox did not drain in time: {rows}")
 
 
 def issue_payload(

@@ -301,16 +301,25 @@ def test_a_finished_plan_posts_its_results_and_updates_the_status(
     run_state_changed.send(
         sender=None, run_id=1, plan_id=proposal.plan_id, from_state="queued", to_state="running"
     )
-    plan_finished.send(
-        sender=None, plan_id=proposal.plan_id, summary={"markdown": "| run | loss |\n|---|---|"}
-    )
-    plan_finished.send(sender=None, plan_id=proposal.plan_id, summary={"markdown": "again"})
+    summary = {"markdown": "| run | loss |\n|---|---|\n| 7 | 3.1 |"}
+    plan_finished.send(sender=None, plan_id=proposal.plan_id, summary=summary)
+    plan_finished.send(sender=None, plan_id=proposal.plan_id, summary=summary)  # announced twice
     drain()
     results = [
         c["body"] for c in github_on.issue_comments(_number(proposal)) if "Results:" in c["body"]
     ]
     assert len(results) == 1
-    assert "| run | loss |" in results[0]
+    assert "| 7 | 3.1 |" in results[0]
+    assert f"http://site.test/proposals/{proposal.pk}/" in results[0]
+
+    rerun = {"markdown": "| run | loss |\n|---|---|\n| 9 | 3.0 |"}  # finished again after /rerun
+    plan_finished.send(sender=None, plan_id=proposal.plan_id, summary=rerun)
+    drain()
+    results = [
+        c["body"] for c in github_on.issue_comments(_number(proposal)) if "Results:" in c["body"]
+    ]
+    assert len(results) == 2
+    assert "| 9 | 3.0 |" in results[1]
 
 
 def test_the_proposal_page_links_its_issue(

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import redis
+from celery.contrib.testing.worker import start_worker
 from django.db import OperationalError, transaction
 
 from marin_site.celery import app
@@ -72,3 +76,37 @@ def eager_tasks() -> Iterator[None]:
         yield
     finally:
         app.conf.task_always_eager = False
+
+
+# Redis as the Celery broker, as in production: TEST_REDIS_URL (bin/test sets it).
+REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+@contextlib.contextmanager
+def broker(url: str) -> Iterator[None]:
+    """Point the Celery app at ``url``; connections made for the old broker are dropped."""
+    saved = {k: app.conf[k] for k in ("broker_url", "broker_transport_options")}
+    app.conf.broker_url = url
+    app.conf.broker_transport_options = {}
+    app._pool = None
+    app.amqp._producer_pool = None
+    try:
+        yield
+    finally:
+        app.conf.update(saved)
+        app._pool = None
+        app.amqp._producer_pool = None
+
+
+@pytest.fixture
+def redis_broker() -> Iterator[None]:
+    """Redis (a database of its own) as the broker, with a worker in this process."""
+    redis.Redis.from_url(REDIS_URL).flushdb()
+    try:
+        with (
+            broker(REDIS_URL),
+            start_worker(app, pool="threads", concurrency=2, perform_ping_check=False),
+        ):
+            yield
+    finally:
+        redis.Redis.from_url(REDIS_URL).flushdb()

@@ -1,15 +1,12 @@
 """Approve -> runs -> the tiny trainer on `local` -> metrics in -> summary out.
 
 Everything is real: the database (committed transactions), Redis as the Celery broker
-(database 13 unless RUNS_TEST_REDIS_URL says otherwise) with an in-process worker, the
+(TEST_REDIS_URL, as bin/test sets it; database 13 otherwise) with an in-process worker, the
 site served by a live server, and the trainer in subprocesses reporting over HTTP.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,39 +21,9 @@ from runs import tasks
 from runs.models import MetricPoint, PlanLaunch, Run, RunState
 from runs.signals import plan_finished
 from tests.factories import ProposalFactory
-from tests.runs.runs_helpers import wait_for
+from tests.runs.runs_helpers import REDIS_URL, broker, redis_broker, wait_for
 
-REDIS_URL = os.environ.get("RUNS_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
-
-
-@contextlib.contextmanager
-def broker(url: str) -> Iterator[None]:
-    """Point the Celery app at ``url``; connections made for the old broker are dropped."""
-    saved = {k: app.conf[k] for k in ("broker_url", "broker_transport_options")}
-    app.conf.broker_url = url
-    app.conf.broker_transport_options = {}
-    app._pool = None
-    app.amqp._producer_pool = None
-    try:
-        yield
-    finally:
-        app.conf.update(saved)
-        app._pool = None
-        app.amqp._producer_pool = None
-
-
-@pytest.fixture
-def redis_broker() -> Iterator[None]:
-    """Redis (a database of its own) as the broker, with a worker in this process."""
-    redis.Redis.from_url(REDIS_URL).flushdb()
-    try:
-        with (
-            broker(REDIS_URL),
-            start_worker(app, pool="threads", concurrency=2, perform_ping_check=False),
-        ):
-            yield
-    finally:
-        redis.Redis.from_url(REDIS_URL).flushdb()
+__all__ = ["redis_broker"]  # a fixture
 
 
 @pytest.mark.django_db(transaction=True)
