@@ -179,8 +179,15 @@ def config_diff(baseline: Mapping[str, Any], config: Mapping[str, Any]) -> dict[
     return {
         key: {"baseline": old.get(key), "value": new.get(key)}
         for key in sorted(set(old) | set(new))
-        if canonical_json(old.get(key)) != canonical_json(new.get(key))
+        if not _same(old.get(key), new.get(key))
     }
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as canonical JSON (so 1 and 1.0 are the same); scalars of one type compare fast."""
+    if type(a) is type(b) and isinstance(a, str | int | float | bool | None):
+        return bool(a == b)
+    return canonical_json(a) == canonical_json(b)
 
 
 class _NoAliasLoader(yaml.SafeLoader):

@@ -329,6 +329,7 @@ def runs_dispatch() -> list[int]:
         .select_related("entry")
     )
     started: list[int] = []
+    waiting: dict[str, list[int]] = {}  # reason -> runs to say it on, one UPDATE per reason
     for run in queued:
         if run.cancel_requested_at is not None:
             continue
@@ -349,7 +350,7 @@ def runs_dispatch() -> list[int]:
             )
         if reason:
             if run.state_reason != reason:
-                Run.objects.filter(pk=run.pk).update(state_reason=reason)
+                waiting.setdefault(reason, []).append(run.pk)
             continue
         if run_start(run_id=run.pk) is not None:
             started.append(run.pk)
@@ -358,6 +359,8 @@ def runs_dispatch() -> list[int]:
             )
             capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + 1
             capacity.plan_spent[run.plan_id] = spent + run.accelerator_hours
+    for reason, run_ids in waiting.items():
+        Run.objects.filter(pk__in=run_ids, state=RunState.QUEUED).update(state_reason=reason)
     return started
 
 
