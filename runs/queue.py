@@ -171,6 +171,8 @@ def run_transition(
     )
     if to_state in TERMINAL_RUN_STATES:
         _nudge("plan_check_finished_task", plan_id=plan_id)
+    if source == RunState.RUNNING:
+        _nudge("dispatch_task")  # a slot is free: start the next queued run now, not at beat
     return run
 
 

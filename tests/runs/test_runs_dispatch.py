@@ -83,6 +83,21 @@ def test_executor_limit_keeps_the_rest_queued_with_reason(
     assert "executor 'local' is at its limit of 1" in waiting.state_reason
 
 
+def test_a_run_ending_starts_the_next_queued_one_at_once(
+    recipe: Any, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The slot a finished run frees is filled by a dispatch nudged from its transition,
+    not at the next beat."""
+    settings.RUNS_EXECUTOR_MAX_CONCURRENT = {"local": 1}
+    plan = with_command(launched_plan(recipe), QUICK)
+    [first] = dispatch(django_capture_on_commit_callbacks)
+    waiting = Run.objects.get(plan=plan, state=RunState.QUEUED)
+    settle(Run.objects.get(pk=first), {RunState.FINISHED}, django_capture_on_commit_callbacks)
+    waiting.refresh_from_db()
+    assert waiting.state in {RunState.RUNNING, RunState.FINISHED}
+    assert waiting.started_at is not None
+
+
 def test_plan_limit_keeps_the_rest_queued(
     recipe: Any, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
