@@ -17,15 +17,29 @@ MARKER_PREFIX = "<!-- marin-site:"
 
 EXPERIMENT_LABELS = frozenset({"experiment", "experiments", "community-experiment-submission"})
 
-# Heading (lowercased, trailing colon dropped) -> proposal field.
+# Heading (lowercased; emphasis, numbering and a trailing colon dropped) -> proposal field.
+# Where two headings fill one field, the first one in the issue wins.
 SECTION_FIELDS = {
     "description": "description",
+    "summary": "description",
+    "overview": "description",
+    "motivation": "description",
+    "background": "description",
+    "tl;dr": "description",
+    "tldr": "description",
     "hypothesis or goal": "hypothesis",
+    "hypothesis or goals": "hypothesis",
     "hypothesis / goal": "hypothesis",
+    "hypothesis/goal": "hypothesis",
     "hypothesis": "hypothesis",
+    "hypotheses": "hypothesis",
     "goal": "hypothesis",
+    "goals": "hypothesis",
     "results": "results",
+    "result": "results",
+    "findings": "results",
     "links": "links",
+    "references": "links",
     "your name": "submitter_name",
     "affiliation": "submitter_affiliation",
     "link to your profile/site": "submitter_link",
@@ -34,17 +48,18 @@ SECTION_FIELDS = {
     "name of your branch": "branch",
     "branch": "branch",
 }
-LINK_FIELDS = {
-    "wandb report": "wandb_url",
-    "w&b report": "wandb_url",
-    "data browser": "data_browser_url",
-    "experiment json": "experiment_json_url",
-}
-PLACEHOLDERS = {"_no response_", "*(to be updated)*", "*(pending)*"}
-HEADING = re.compile(r"^(#{2,3})\s+(.+?)\s*#*\s*$")
+# A link line's label, read by the words it contains (first match wins).
+LINK_LABELS = (
+    (("wandb", "w&b", "weights & biases", "weights and biases"), "wandb_url"),
+    (("data browser", "data-browser", "databrowser"), "data_browser_url"),
+    (("experiment json", "experiment.json", "experiment file", "json"), "experiment_json_url"),
+)
+PLACEHOLDERS = {"_no response_", "*(to be updated)*", "*(pending)*", "tbd", "n/a", "none"}
+HEADING = re.compile(r"^(#{1,4})\s+(.+?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
-LINK_LINE = re.compile(r"^\s*[*\-+]\s*([^:]+?)\s*:\s*(\S+)\s*$")
-URL = re.compile(r"^https?://\S+$")
+BULLET = re.compile(r"^\s*(?:[*\-+]|\d+[.)])\s+(.*)$")
+MARKDOWN_LINK = re.compile(r"\[([^\]]*)\]\(\s*<?(https?://[^\s)>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+BARE_URL = re.compile(r"<?(https?://[^\s<>]+)>?")
 
 
 def normalise(text: str) -> str:
@@ -92,13 +107,20 @@ def sections(text: str) -> dict[str, str]:
             in_fence = not in_fence
         match = None if in_fence else HEADING.match(line)
         if match:
-            name = match.group(2).strip().rstrip(":").strip().lower()
+            name = heading_name(match.group(2))
             if name in SECTION_FIELDS:
                 current = name
                 found.setdefault(current, [])
                 continue
         found[current].append(line)
     return {name: "\n".join(lines).strip() for name, lines in found.items()}
+
+
+def heading_name(text: str) -> str:
+    """``**2. Hypothesis / Goal:**`` -> ``hypothesis / goal``."""
+    name = re.sub(r"[*_`]", "", text).strip()
+    name = re.sub(r"^\d+[.)]\s*", "", name)
+    return re.sub(r"\s+", " ", name.rstrip(":").strip().lower())
 
 
 def _clean(value: str) -> str:
@@ -114,15 +136,42 @@ def _first_sentence(text: str) -> str:
     return ""
 
 
+def _link_field(label: str, url: str) -> str | None:
+    label = label.lower()
+    for words, link_field in LINK_LABELS:
+        if any(word in label for word in words):
+            return link_field
+    if "wandb.ai/" in url:  # an unlabelled link still says where it goes
+        return "wandb_url"
+    if "data-browser" in url:
+        return "data_browser_url"
+    return None
+
+
 def _links(value: str) -> dict[str, str]:
-    """``* WandB Report: https://...`` lines of a Links section, by proposal field."""
-    found = {}
+    """The bullets of a Links section, by proposal field. Each of these forms works:
+    ``* WandB Report: https://...``, ``* WandB Report: [report](https://...)``,
+    ``* [WandB Report](https://...)`` and ``- Data Browser: <https://...>``."""
+    found: dict[str, str] = {}
     for line in value.split("\n"):
-        match = LINK_LINE.match(line)
-        if match and URL.match(match.group(2)):
-            link_field = LINK_FIELDS.get(match.group(1).strip().lower())
-            if link_field:
-                found[link_field] = match.group(2)[:500]
+        bullet = BULLET.match(line)
+        if not bullet:
+            continue
+        item = bullet.group(1).strip()
+        link = MARKDOWN_LINK.search(item)
+        if link:
+            url = link.group(2)
+            before = item[: link.start()].strip().rstrip(":").strip()
+            label = before or link.group(1)
+        else:
+            bare = BARE_URL.search(item)
+            if not bare:
+                continue
+            url = bare.group(1).rstrip(".,;")
+            label = item[: bare.start()].strip().rstrip(":").strip()
+        link_field = _link_field(label, url)
+        if link_field and link_field not in found and len(url) <= 500:
+            found[link_field] = url
     return found
 
 

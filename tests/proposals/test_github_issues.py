@@ -187,3 +187,48 @@ def test_parsing_ignores_headings_inside_code_blocks_and_the_site_block() -> Non
     fields = issue_fields(title="T", body=body)
     assert "not a heading" in fields.data["description"]
     assert "hypothesis" not in fields.data
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "* WandB Report: https://wandb.ai/marin-community/marin/reports/A--B",
+        "- WandB report: [the report](https://wandb.ai/marin-community/marin/reports/A--B)",
+        "* [W&B report](https://wandb.ai/marin-community/marin/reports/A--B)",
+        "+ Weights & Biases: <https://wandb.ai/marin-community/marin/reports/A--B>",
+        "1. https://wandb.ai/marin-community/marin/reports/A--B",
+    ],
+)
+def test_links_are_read_in_the_forms_people_write_them(line: str) -> None:
+    body = f"## Description\nd\n\n## Hypothesis or Goal\nh\n\n### Links\n{line}\n* Parent: #12\n"
+    fields = issue_fields(title="T", body=body)
+    assert fields.data["wandb_url"] == "https://wandb.ai/marin-community/marin/reports/A--B"
+    assert "data_browser_url" not in fields.data
+
+
+def test_heading_variants_fill_the_same_fields() -> None:
+    body = (
+        "# **1. Summary:**\nWe try a router z-loss.\n\n"
+        "#### Hypothesis\nIt stabilises training.\n\n"
+        "## Links\n- Data browser: https://marin.community/data-browser/experiment/?path=x\n"
+        "- Experiment JSON: [json](https://example.org/exp.json)\n\n"
+        "## Findings\nNo change in loss.\n"
+    )
+    fields = issue_fields(title="T", body=body)
+    assert fields.data["description"] == "We try a router z-loss."
+    assert fields.data["hypothesis"] == "It stabilises training."
+    assert fields.data["results"] == "No change in loss."
+    assert fields.data["data_browser_url"].startswith("https://marin.community/data-browser/")
+    assert fields.data["experiment_json_url"] == "https://example.org/exp.json"
+    assert fields.missing == []
+
+
+def test_javascript_and_overlong_links_are_not_taken() -> None:
+    body = (
+        "## Description\nd\n## Hypothesis\nh\n### Links\n"
+        "* WandB Report: [x](javascript:alert(1))\n"
+        f"* Data Browser: https://marin.community/{'a' * 600}\n"
+    )
+    fields = issue_fields(title="T", body=body)
+    assert "wandb_url" not in fields.data
+    assert "data_browser_url" not in fields.data
