@@ -29,6 +29,7 @@ from proposals import services
 from proposals.github import outbox
 from proposals.github.body import is_experiment, issue_fields
 from proposals.github.commands import commands_answer
+from proposals.github.payloads import payload_problem
 from proposals.models import MAX_MARKDOWN, Comment, Door, Proposal, State, WebhookDelivery
 from runs.models import Recipe
 
@@ -192,6 +193,9 @@ def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
         return _applied("pong")
     if event not in {"issues", "issue_comment"}:
         return _ignored(f"{event} events need nothing here")
+    problem = payload_problem(event, payload)
+    if problem:
+        return _ignored(f"malformed {event} payload: {problem}")
     repository = (payload.get("repository") or {}).get("full_name", "")
     if settings.GITHUB_REPOSITORY and repository.lower() != settings.GITHUB_REPOSITORY.lower():
         return _ignored(f"repository {repository} is not {settings.GITHUB_REPOSITORY}")

@@ -402,3 +402,63 @@ def test_acknowledging_a_delivery_is_one_insert(
     with django_assert_num_queries(3) as captured:  # savepoint, INSERT, release (test transaction)
         assert post_delivery(client, "ping", {"zen": "hi"}).status_code == 202
     assert sum("INSERT" in q["sql"] for q in captured.captured_queries) == 1
+
+
+READ_FIELDS = [
+    ("issue",),
+    ("issue", "number"),
+    ("issue", "title"),
+    ("issue", "body"),
+    ("issue", "user"),
+    ("issue", "user", "login"),
+    ("issue", "labels"),
+    ("issue", "updated_at"),
+    ("comment",),
+    ("comment", "id"),
+    ("comment", "body"),
+    ("comment", "user"),
+    ("repository",),
+    ("sender",),
+    ("sender", "login"),
+]
+WRONG_VALUES = [None, 7, "x", [], {}, [1, 2]]
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["issues/opened.json", "issues/edited.with-organization.json", "issue_comment/created.json"],
+)
+def test_a_field_of_the_wrong_type_is_ignored_with_its_name_never_a_crash(
+    webhook_settings: Any, client: Any, recipe: Any, name: str
+) -> None:
+    path = next(p for p in PAYLOADS if f"{p.parent.name}/{p.name}" == name)
+    original = json.loads(path.read_bytes())
+    if "labels" in original.get("issue", {}):
+        original["issue"]["labels"].append({"name": "experiment"})  # so it would be taken in
+    sent = 0
+    for field_path in READ_FIELDS:
+        if field_path[0] not in original:
+            continue
+        for wrong in WRONG_VALUES:
+            payload = json.loads(json.dumps(original))
+            target = payload
+            for key in field_path[:-1]:
+                target = target[key]
+            target[field_path[-1]] = wrong
+            assert post_delivery(client, _event(path), payload).status_code == 202
+            sent += 1
+    outcomes = process_deliveries()
+    assert len(outcomes) == sent > 20
+    failed = WebhookDelivery.objects.filter(outcome="failed").values_list("detail", flat=True)
+    assert list(failed) == []
+    details = set(WebhookDelivery.objects.values_list("detail", flat=True))
+    assert any(d.startswith("malformed") and "issue.number" in d for d in details)
+
+
+def test_a_payload_with_a_number_for_a_login_names_it(webhook_settings: Any, client: Any) -> None:
+    payload = issue_payload(number=3, title="t", body="## Description\nd")
+    payload["user"]["login"] = 12345
+    post_delivery(client, "issues", issues_delivery("opened", payload, sender="octocat"))
+    assert process_deliveries() == ["ignored"]
+    detail = WebhookDelivery.objects.get().detail
+    assert detail.startswith("malformed issues payload: issue.user.login:")
