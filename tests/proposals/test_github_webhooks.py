@@ -421,7 +421,7 @@ READ_FIELDS = [
     ("sender",),
     ("sender", "login"),
 ]
-WRONG_VALUES = [None, 7, "x", [], {}, [1, 2]]
+WRONG_VALUES: list[Any] = [None, 7, "x", [], {}, [1, 2]]
 
 
 @pytest.mark.parametrize(
