@@ -6,9 +6,11 @@ from rest_framework.routers import DefaultRouter
 from proposals.api import CommentViewSet, ProposalViewSet, ReviewViewSet
 from runs.api import (
     PlanPreviewView,
+    PlanSeriesView,
     RecipeViewSet,
     RunHeartbeatView,
     RunMetricsView,
+    RunsSeriesView,
     RunStatusView,
     RunTrackerImportView,
     RunViewSet,
@@ -23,6 +25,8 @@ router.register("runs", RunViewSet, basename="run")
 
 urlpatterns = [
     path("plans/preview/", PlanPreviewView.as_view(), name="plan-preview"),
+    path("plans/<int:plan_id>/series/", PlanSeriesView.as_view(), name="plan-series"),
+    path("runs/series/", RunsSeriesView.as_view(), name="runs-series"),  # before runs/<pk>/
     path("runs/<int:pk>/metrics/", RunMetricsView.as_view(), name="run-metrics"),
     path("runs/<int:pk>/heartbeat/", RunHeartbeatView.as_view(), name="run-heartbeat"),
     path("runs/<int:pk>/status/", RunStatusView.as_view(), name="run-status"),

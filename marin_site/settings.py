@@ -147,7 +147,10 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = Path(os.environ.get("STATIC_ROOT", VAR_DIR / "static"))
 STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # collectstatic fills it; whitenoise serves it
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS: list[Path | tuple[str, Path]] = [BASE_DIR / "static"]
+# The charts' library, installed by bin/setup from package-lock.json (npm ci), served as
+# static/uplot/...; node_modules is not in the repository.
+STATICFILES_DIRS += [("uplot", BASE_DIR / "node_modules" / "uplot" / "dist")]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
@@ -181,11 +184,7 @@ SHARED_CACHE = CACHES["default"]["BACKEND"].endswith("RedisCache")
 # Public pages for anonymous readers, from the shared cache (see marin_site/pagecache.py).
 # Off by default without a shared cache: a per-process memory cache cannot see the
 # worker's writes.
-PAGE_CACHE_SECONDS = int(
-    os.environ.get(
-        "PAGE_CACHE_SECONDS", "30" if SHARED_CACHE else "0"
-    )
-)
+PAGE_CACHE_SECONDS = int(os.environ.get("PAGE_CACHE_SECONDS", "30" if SHARED_CACHE else "0"))
 PAGE_CACHE_VIEWS = frozenset(
     {"proposals:list", "proposals:detail", "proposal-list", "proposal-detail"}
 )
@@ -228,10 +227,16 @@ RUNS_SECRET_ENV = env_list("RUNS_SECRET_ENV", "WANDB_API_KEY")
 RUNS_METRICS_MAX_POINTS = int(os.environ.get("RUNS_METRICS_MAX_POINTS", "1000"))
 RUNS_METRICS_RATE_PER_MINUTE = int(os.environ.get("RUNS_METRICS_RATE_PER_MINUTE", "600"))
 RUNS_RECONCILE_SECONDS = float(os.environ.get("RUNS_RECONCILE_SECONDS", "30"))
+# Charts read downsampled series (runs/series.py), refreshed this long after metrics arrive.
+RUNS_SERIES_REFRESH_SECONDS = int(os.environ.get("RUNS_SERIES_REFRESH_SECONDS", "5"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
 RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
 CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {"task": "runs.reconcile", "schedule": RUNS_RECONCILE_SECONDS},
+    "runs-series-refresh": {
+        "task": "runs.series_refresh_stale",
+        "schedule": RUNS_RECONCILE_SECONDS,
+    },
 }
 
 # GitHub issue sync (proposals/github/): off unless GITHUB_TOKEN and GITHUB_REPOSITORY are set.

@@ -4,11 +4,13 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from marin_site import views
 from runs import views as run_views
+from runs.urls import result_urlpatterns
 
 urlpatterns = [
     path("", include("proposals.urls")),
     path("recipes/", include("runs.urls")),
     path("runs/<int:pk>/", run_views.run_detail, name="run-page"),
+    path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
     path("healthz", views.healthz, name="healthz"),
     path("github/", include("proposals.github.urls")),
     path("accounts/", include("allauth.urls")),

@@ -1,7 +1,7 @@
 from django.contrib import admin
 
 from runs.models import (
-    MetricPoint,
+    MetricSeries,
     MetricSummary,
     Plan,
     PlanEntry,
@@ -61,11 +61,15 @@ class MetricSummaryAdmin(admin.ModelAdmin):
     raw_id_fields = ["run"]
 
 
-@admin.register(MetricPoint)
-class MetricPointAdmin(admin.ModelAdmin):
-    list_display = ["run", "key", "step", "value"]
+# MetricPoint has no admin: Django's admin refuses composite primary keys. Points are read
+# through the run page, the series API and the CSV export.
+
+
+@admin.register(MetricSeries)
+class MetricSeriesAdmin(admin.ModelAdmin):
+    list_display = ["run", "key", "origin", "width", "refreshed_at"]
     raw_id_fields = ["run"]
-    show_full_result_count = False
+    exclude = ["buckets"]
 
 
 @admin.register(RunEvent)

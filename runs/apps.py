@@ -11,6 +11,7 @@ class RunsConfig(AppConfig):
         from runs import (
             models,
             permissions,  # noqa: F401  (registers the rules)
+            series,  # noqa: F401  (refreshes a run's charts when it ends)
         )
 
         invalidate_on_change(models.Recipe, models.Plan, models.PlanLaunch, models.Run)

@@ -253,17 +253,20 @@ class Run(models.Model):
 
 
 class MetricPoint(models.Model):
-    # No index of its own on run: the unique (run, key, step) index starts with it.
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="points", db_index=False)
+    # The primary key is (run, key, step): no surrogate id and no second index, so an
+    # ingest writes one heap row and one index entry per point. No index of its own on run:
+    # the primary key's index starts with it. (The admin cannot list composite keys.) No
+    # foreign key in the database either: checking it per point cost as much as the rest of
+    # an ingest. Points are written only for a run the token check just loaded, and Django
+    # still deletes them with their run.
+    pk = models.CompositePrimaryKey("run", "key", "step")
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="points", db_index=False, db_constraint=False
+    )
     key = models.CharField(max_length=200)
     step = models.BigIntegerField()
     value = models.FloatField()
     time = models.DateTimeField()
-
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(fields=["run", "key", "step"], name="metric_point_unique")
-        ]
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.key}@{self.step}={self.value}"
@@ -279,13 +282,48 @@ class MetricSummary(models.Model):
     max = models.FloatField()
     step = models.BigIntegerField(help_text="The step of ``last``: the highest step seen.")
     count = models.BigIntegerField(default=0)
+    stale_from = models.BigIntegerField(
+        null=True,
+        blank=True,
+        help_text="The lowest step written since the key's MetricSeries was last refreshed.",
+    )
 
     class Meta:
         ordering = ["run", "key"]
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="metric_summary_unique")]
+        indexes = [
+            models.Index(
+                fields=["run"],
+                condition=models.Q(stale_from__isnull=False),
+                name="metric_summary_stale_idx",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.key} last={self.last}"
+
+
+class MetricSeries(models.Model):
+    """A key's downsampled series: fixed-width step buckets (count, sum, min, max, last
+    step), packed, so that charts never read points. Kept by ``runs.series``."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="series", db_index=False)
+    key = models.CharField(max_length=200)
+    origin = models.BigIntegerField(
+        help_text="The lowest step: bucket i starts at origin + i*width."
+    )
+    width = models.BigIntegerField(help_text="Steps per bucket, a power of two.")
+    span = models.BigIntegerField(help_text="The last bucket's number + 1.")
+    buckets = models.BinaryField(help_text="Packed arrays that charts read; see runs.series.")
+    coarse = models.BinaryField(help_text="The same, four buckets in one: for short reads.")
+    extremes = models.BinaryField(help_text="Packed steps of each bucket's min and max.")
+    refreshed_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="metric_series_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.key} every {self.width} steps"
 
 
 class RunEvent(models.Model):

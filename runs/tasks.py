@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from runs import queue, results
+from runs import queue, results, series
 
 
 @shared_task(name="runs.plan_expand", time_limit=120, soft_time_limit=100)
@@ -33,3 +33,13 @@ def plan_check_finished_task(*, plan_id: int) -> bool:
 @shared_task(name="runs.reconcile", time_limit=240, soft_time_limit=200)
 def reconcile_task() -> dict[str, Any]:
     return dict(queue.runs_reconcile())
+
+
+@shared_task(name="runs.series_refresh", time_limit=120, soft_time_limit=100)
+def series_refresh_task(*, run_id: int) -> int:
+    return series.series_refresh(run_id=run_id)
+
+
+@shared_task(name="runs.series_refresh_stale", time_limit=240, soft_time_limit=200)
+def series_refresh_stale_task() -> int:
+    return series.series_refresh_stale()

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotModified
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils.cache import add_never_cache_headers, patch_cache_control
+from django.views.decorators.cache import never_cache
 
-from runs import selectors, services
+from runs import charts_png, run_table, selectors, services
 from runs import permissions as run_perms
-from runs.models import Recipe
+from runs.models import Plan, Recipe
 
 MANAGE_RECIPES = run_perms.MANAGE_RECIPES
 JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales")
@@ -111,3 +116,76 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "logs": logs,
         },
     )
+
+
+# --- results: the run table's live partial, the loss PNG, compare -------------------------
+
+
+@never_cache
+def plan_run_table(request: HttpRequest, plan_id: int) -> HttpResponse:
+    """The run table alone: the proposal page polls it while runs are active."""
+    plan = get_object_or_404(Plan, pk=plan_id)
+    table = run_table.plan_run_table(
+        plan=plan, sort=request.GET.get("sort", ""), group=request.GET.get("group", "")
+    )
+    return render(request, "runs/_run_table.html", {"table": table, "launch": table.launch})
+
+
+def plan_loss_png(request: HttpRequest, plan_id: int) -> HttpResponse:
+    """The plan's main loss chart as a PNG at a stable address (``?key=``, ``?log=1``)."""
+    key = request.GET.get("key", "")[:200]
+    log_y = request.GET.get("log") in {"1", "true"}
+    chart = charts_png.loss_chart_find(plan_id=plan_id, key=key)
+    if chart is None:
+        raise Http404("No metrics to draw for this plan.")
+    etag = f'"{chart.version}-{int(log_y)}"'
+    if chart.settled and etag in request.headers.get("If-None-Match", ""):
+        response: HttpResponse = HttpResponseNotModified()
+    else:
+        png = charts_png.loss_chart_png(chart, log_y=log_y)
+        if png is None:
+            raise Http404("No metrics to draw for this plan.")
+        response = HttpResponse(png, content_type="image/png")
+    if chart.settled:
+        response["ETag"] = etag
+        patch_cache_control(response, public=True, max_age=60)
+    else:  # the rollup is catching up with new points: ask again soon
+        add_never_cache_headers(response)
+    return response
+
+
+def run_compare(request: HttpRequest) -> HttpResponse:
+    """Runs picked across proposals (``?ids=1,2,3``, at most 100): overlaid charts and the
+    config keys whose values differ between them."""
+    ids, asked = run_table.parse_run_ids(request.GET.getlist("ids"))
+    ids_text = ",".join(str(i) for i in ids)
+    context: dict[str, Any] = {
+        "ids_text": ids_text,
+        "asked": asked,
+        "truncated": asked > len(ids),
+        "max_runs": run_table.COMPARE_MAX_RUNS,
+    }
+    if ids:
+        comparison = run_table.compare_build(
+            run_ids=ids, sort=request.GET.get("sort", ""), ids_text=ids_text
+        )
+        table = comparison.table
+        if request.GET.get("partial") == "table":
+            response = render(request, "runs/_run_table.html", {"table": table})
+            add_never_cache_headers(response)
+            return response
+        found = {row.run.pk for row in table.rows}
+        series_query = run_table.series_query(table.chart_keys, {"ids": ids_text})
+        context.update(
+            table=table,
+            missing=[i for i in ids if i not in found],
+            config_keys=comparison.config_keys,
+            config_rows=comparison.config_rows,
+            table_url=f"{reverse('run-compare')}?{urlencode({'ids': ids_text, 'partial': 'table'}, safe=',')}",
+            series_url=f"{reverse('api-root')}runs/series/?{series_query}",
+            results_config={
+                "pollMs": run_table.POLL_MILLISECONDS,
+                "runAxes": {str(k): v for k, v in comparison.run_axes.items()},
+            },
+        )
+    return render(request, "runs/compare.html", context)

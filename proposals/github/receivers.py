@@ -11,6 +11,7 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.urls import reverse
 
 from proposals.github import outbox
 from proposals.models import Proposal
@@ -35,9 +36,11 @@ def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kw
             return
         table = str((summary or {}).get("markdown") or "").strip()
         link = f"{settings.SITE_URL}{proposal.get_absolute_url()}"
+        chart = settings.SITE_URL + reverse("plan-loss-png", kwargs={"plan_id": plan_id})
         body = "**Results: every run of the plan has finished.**"
         if table:
             body += f"\n\n{table}"
+        body += f"\n\n![Loss curves of the plan]({chart})"
         body += f"\n\nCurves, logs and every run: {link}"
         digest = hashlib.sha256(table.encode()).hexdigest()[:16]
         outbox.outbox_comment_enqueue(

@@ -58,13 +58,12 @@ def test_results_reach_the_issue_and_a_rerun_posts_new_ones(
         ablation_spec="axes:\n  top_k: [2]\n",
     )
     proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
-    number = wait_for(
-        lambda: Proposal.objects.get(pk=proposal.pk).github_issue_number, timeout=30
-    )
+    number = wait_for(lambda: Proposal.objects.get(pk=proposal.pk).github_issue_number, timeout=30)
 
     _say(client, number, 501, "/approve")  # a maintainer, on the issue
     wait_for(lambda: Proposal.objects.get(pk=proposal.pk).state == State.APPROVED, timeout=30)
     plan_id = Proposal.objects.get(pk=proposal.pk).plan_id
+    assert plan_id is not None
 
     def results_posted(count: int) -> Any:
         def check() -> bool:
@@ -82,6 +81,11 @@ def test_results_reach_the_issue_and_a_rerun_posts_new_ones(
     assert "eval/loss" in first
     assert "Suggested verdict" in first
     assert f"{live_server.url}/proposals/{proposal.pk}/" in first
+    assert f"![Loss curves of the plan]({live_server.url}/plans/{plan_id}/loss.png)" in first
+    png = client.get(f"/plans/{plan_id}/loss.png")
+    assert png.status_code == 200
+    assert png["Content-Type"] == "image/png"
+    assert png.content.startswith(b"\x89PNG")
     status = [c for c in github_on.issue_comments(number) if "marin-site:status" in c["body"]]
     assert len(status) == 1  # one status comment, edited in place
     assert "status:approved" in github_on.label_names(number)

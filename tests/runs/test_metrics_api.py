@@ -9,7 +9,7 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from runs import queue
+from runs import metrics, queue
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
@@ -75,6 +75,78 @@ def test_resent_batch_changes_nothing(api: APIClient, running: tuple[Run, str]) 
     assert (summary.last, summary.min, summary.max) == (5.0, 1.0, 5.0)
 
 
+def test_overlapping_batches_count_each_point_once(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    run, token = running
+    assert post(api, run, token, "metrics/", batch("train/loss", range(10))).json() == {
+        "stored": 10
+    }
+    overlap = batch("train/loss", range(5, 15))  # 5..9 again, with the same values
+    assert post(api, run, token, "metrics/", overlap).json() == {"stored": 10}
+    assert MetricPoint.objects.filter(run=run).count() == 15
+    summary = MetricSummary.objects.get(run=run, key="train/loss")
+    assert (summary.count, summary.last, summary.step, summary.min) == (15, 15.0, 14, 1.0)
+
+
+def test_a_step_resent_with_a_new_value_is_replaced(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    run, token = running
+    post(api, run, token, "metrics/", batch("eval/loss", range(3)))
+    body = {"points": [{"key": "eval/loss", "step": 2, "value": 0.25}]}
+    assert post(api, run, token, "metrics/", body).status_code == 200
+    assert MetricPoint.objects.get(run=run, key="eval/loss", step=2).value == 0.25
+    summary = MetricSummary.objects.get(run=run, key="eval/loss")
+    assert (summary.count, summary.last, summary.min, summary.stale_from) == (3, 0.25, 0.25, 0)
+
+
+def test_the_last_of_repeated_points_in_a_batch_wins(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    run, token = running
+    points = [{"key": "a", "step": 1, "value": v} for v in (1.0, 2.0, 3.0)]
+    assert post(api, run, token, "metrics/", {"points": points}).json() == {"stored": 1}
+    assert MetricPoint.objects.get(run=run).value == 3.0
+
+
+def test_integer_values_and_times_are_taken(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    body = {"points": [{"key": "a", "step": 0, "value": 3, "time": 1_800_000_000}]}
+    assert post(api, run, token, "metrics/", body).status_code == 200
+    point = MetricPoint.objects.get(run=run)
+    assert (point.value, point.time.timestamp()) == (3.0, 1_800_000_000)
+
+
+def test_portable_path_matches(running: tuple[Run, str]) -> None:
+    """SQLite's path (the embedded default), run here on PostgreSQL: same results."""
+    run, _ = running
+    points = metrics.PointBatch(["a", "a", "b"], [0, 1, 0], [2.0, 1.0, 5.0], [None, 1.8e9, None])
+    assert metrics._ingest_portable(run_id=run.pk, batch=points) == 2
+    assert metrics._ingest_portable(run_id=run.pk, batch=points) == 0  # a resent batch
+    changed = metrics.PointBatch(["a"], [0], [0.5], [None])
+    assert metrics._ingest_portable(run_id=run.pk, batch=changed) == 1
+    summary = MetricSummary.objects.get(run=run, key="a")
+    assert (summary.count, summary.last, summary.step, summary.min, summary.max) == (
+        2,
+        1.0,
+        1,
+        0.5,
+        2.0,
+    )
+    assert summary.stale_from == 0
+    assert MetricPoint.objects.filter(run=run).count() == 3
+
+
+def test_points_and_series_go_with_their_run(api: APIClient, running: tuple[Run, str]) -> None:
+    """No foreign key in the database: Django's cascade deletes the points."""
+    run, token = running
+    post(api, run, token, "metrics/", batch("train/loss", range(3)))
+    run.plan.delete()
+    assert not MetricPoint.objects.filter(run_id=run.pk).exists()
+    assert not MetricSummary.objects.filter(run_id=run.pk).exists()
+
+
 def test_token_of_another_run_is_refused(api: APIClient, recipe: Any) -> None:
     one, other = (start(r) for r in Run.objects.filter(plan=launched_plan(recipe)))
     response = post(api, one[0], other[1], "metrics/", batch("train/loss", range(1)))
@@ -96,6 +168,10 @@ def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> N
         ({"points": [{"key": "train/loss", "step": -1, "value": 1}]}, "points[0]: step"),
         ({"points": [{"key": "", "step": 1, "value": 1}]}, "points[0]: key"),
         ({"points": [{"key": "a", "step": 1, "value": "1"}]}, "points[0]: value"),
+        ({"points": [{"key": "a", "step": 1, "value": True}]}, "points[0]: value"),
+        ({"points": [{"key": "a", "step": 1.0, "value": 1}]}, "points[0]: step"),
+        ({"points": [{"key": "a", "step": 1, "value": 1, "time": 5}]}, "points[0]: time"),
+        ('{"points": [{"key": "a", "step": 1, "value": 1e999}]}', "infinity"),
         ({"points": [{"key": "a", "step": 1, "value": 1}, 5]}, "points[1]"),
         ({"values": []}, "points"),
     ],

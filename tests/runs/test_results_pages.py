@@ -1,0 +1,375 @@
+"""The proposal page as the report of its runs: run table, charts wiring, live partial,
+scaling ladder, compare page, loss PNG, and the weight of the page's JS and CSS."""
+
+from __future__ import annotations
+
+import gzip
+import re
+from typing import Any
+
+import pytest
+from django.contrib.staticfiles import finders
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+
+from proposals.models import State
+from runs import metrics, queue, series
+from runs.metrics import PointBatch
+from runs.models import Plan, Run, RunState
+from tests.factories import ProposalFactory
+from tests.runs.runs_helpers import FAST_BASELINE, launched_plan
+
+pytestmark = pytest.mark.django_db
+
+GRID_SPEC = """axes:
+  capacity_factor: [1.5, 2.0]
+"""
+LADDER_SPEC = """axes:
+  capacity_factor: [2.0]
+scales: [small, medium]
+"""
+PAGE_WEIGHT_LIMIT = 300 * 1024
+
+
+def _spec_of(count: int) -> str:
+    """A grid of ``count`` runs: the baseline and ``count - 1`` learning rates."""
+    rates = ", ".join(f"{0.0001 * (i + 1):.4f}" for i in range(count - 1))
+    return f"axes:\n  learning_rate: [{rates}]\n"
+
+
+def _proposal_for(plan: Plan, contributor: Any) -> Any:
+    return ProposalFactory.create(
+        author=contributor, recipe=plan.recipe, state=State.APPROVED, plan=plan
+    )
+
+
+def _report(run: Run, key: str, values: list[float], *, every: int = 10, first: int = 0) -> None:
+    """Points through the metrics service, and the chart rollup brought up to date (the
+    worker's refresh, done here at once)."""
+    steps = [first + i * every for i in range(len(values))]
+    batch = PointBatch(
+        keys=[key] * len(values), steps=steps, values=values, times=[None] * len(values)
+    )
+    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
+    series.series_refresh(run_id=run.pk)
+
+
+def _move(run: Run, *states: str) -> None:
+    for state in states:
+        queue.run_transition(run_id=run.pk, to_state=state, door="worker")
+
+
+def _runs(plan: Plan) -> list[Run]:
+    return list(Run.objects.filter(plan=plan).select_related("entry").order_by("entry__index"))
+
+
+def _finish_all(plan: Plan, losses: list[float]) -> list[Run]:
+    runs = _runs(plan)
+    for run, loss in zip(runs, losses, strict=True):
+        _move(run, RunState.RUNNING)
+        _report(run, "train/loss", [loss + 1.0, loss + 0.5, loss])
+        _report(run, "eval/loss", [loss + 0.8, loss + 0.1])
+        _move(run, RunState.FINISHED)
+    return runs
+
+
+# --- the proposal page ---------------------------------------------------------------------
+
+
+def test_page_shows_run_table_with_diff_only_config_and_live_flag(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    baseline, _low, high = _runs(plan)
+    _move(high, RunState.RUNNING)
+    _report(high, "train/loss", [5.0, 4.0, 3.25], every=4)
+    _report(high, "throughput/mfu", [0.1, 0.2, 0.25], every=4)
+
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+    assert 'data-live="true"' in page
+    assert f'data-run-id="{high.pk}" data-run-state="running"' in page
+    assert f'data-run-id="{baseline.pk}" data-run-state="queued"' in page
+    row = page.split(f'id="run-row-{high.pk}"')[1].split("</tr>")[0]
+    assert "capacity_factor=2.0" in row
+    assert "learning_rate" not in row  # the same as the baseline's: not shown
+    assert "3.2500" in row and "25.0%" in row
+    assert "8 / 12" in row  # progress: the highest step of the config's steps
+    assert 'value="capacity_factor"' in page  # group by a grid axis
+    assert 'id="run-sort"' in page and 'data-table-query="sort=state"' in page
+    assert f'data-table-url="/plans/{plan.pk}/runs/"' in page
+    assert f'name="ids" value="{high.pk}" form="compare-form"' in page
+
+
+def test_page_wires_one_chart_per_key_to_the_series_api(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    run = _runs(plan)[0]
+    _move(run, RunState.RUNNING)
+    for key in ("train/loss", "eval/loss", "moe/drop_fraction", "throughput/tokens_per_second"):
+        _report(run, key, [1.0, 0.5])
+
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+    keys = "train/loss,eval/loss,throughput/tokens_per_second,moe/drop_fraction"
+    assert f'data-series-url="/api/v1/plans/{plan.pk}/series/?keys={keys}&amp;points=500"' in page
+    assert re.findall(r'data-chart-key="([^"]+)"', page) == keys.split(",")
+    assert 'data-drawn="false"' in page
+    assert '<script id="results-config" type="application/json">' in page
+    assert "/static/uplot/uPlot.iife.min.js" in page
+    assert "/static/js/results.js" in page
+    assert f'href="/plans/{plan.pk}/loss.png"' in page
+    # CSP-friendly: no inline script other than JSON data blocks, no inline handlers.
+    inline = re.findall(r"<script(?![^>]*\bsrc=)([^>]*)>", page)
+    assert all('type="application/json"' in attrs for attrs in inline)
+    assert not re.search(r"\son[a-z]+=\"", page)
+
+
+def test_page_turns_polling_off_when_every_run_is_terminal(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    _finish_all(plan, [3.0, 2.9, 3.1])
+
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    partial = client.get(f"/plans/{plan.pk}/runs/").content.decode()
+
+    assert 'data-live="false"' in page
+    assert 'data-active="false"' in partial
+    assert "live: updates" not in page
+
+
+def test_proposal_without_a_plan_has_no_results_section(client: Client, proposal: Any) -> None:
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    assert 'id="results"' not in page
+    assert "results.js" not in page
+
+
+def test_page_queries_do_not_grow_with_the_number_of_runs(
+    client: Client, recipe: Any, contributor: Any, django_assert_max_num_queries: Any
+) -> None:
+    small = launched_plan(recipe, _spec_of(3))
+    big = launched_plan(recipe, _spec_of(30), baseline={**FAST_BASELINE, "steps": 13})
+    pages = {}
+    for plan, count in ((small, 3), (big, 30)):
+        runs = _runs(plan)
+        assert len(runs) == count
+        for run in runs[: count // 2]:
+            _move(run, RunState.RUNNING)
+            _report(run, "train/loss", [2.0, 1.5])
+        pages[count] = _proposal_for(plan, contributor)
+
+    with CaptureQueriesContext(connection) as small_page:
+        assert client.get(f"/proposals/{pages[3].pk}/").status_code == 200
+    with django_assert_max_num_queries(len(small_page.captured_queries)):
+        response = client.get(f"/proposals/{pages[30].pk}/")
+    assert response.content.decode().count('data-run-state="') == 30
+    with django_assert_max_num_queries(5):
+        client.get(f"/plans/{big.pk}/runs/")
+
+
+# --- the partial the page polls ------------------------------------------------------------
+
+
+def test_partial_sorts_by_a_metric_and_groups_by_an_axis(client: Client, recipe: Any) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    baseline, low, high = _finish_all(plan, [3.0, 2.5, 3.5])
+
+    def order(query: str) -> list[int]:
+        html = client.get(f"/plans/{plan.pk}/runs/?{query}").content.decode()
+        return [int(pk) for pk in re.findall(r'data-run-id="(\d+)"', html)]
+
+    assert order("sort=eval/loss") == [low.pk, baseline.pk, high.pk]
+    assert order("sort=-eval/loss") == [high.pk, baseline.pk, low.pk]
+    assert order("sort=capacity_factor") == [baseline.pk, low.pk, high.pk]
+    assert order("sort=nonsense") == [baseline.pk, low.pk, high.pk]  # plan order
+    grouped = client.get(f"/plans/{plan.pk}/runs/?group=capacity_factor").content.decode()
+    assert grouped.count('class="group-row"') == 3
+    assert "capacity_factor = 1.5" in grouped
+    response = client.get(f"/plans/{plan.pk}/runs/")
+    assert "no-cache" in response["Cache-Control"]
+    assert client.get("/plans/999999/runs/").status_code == 404
+
+
+def test_partial_links_logs_and_wandb_only_when_the_run_has_them(
+    client: Client, recipe: Any
+) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    run = _runs(plan)[1]
+    Run.objects.filter(pk=run.pk).update(
+        external_id="4242", executor="ray", wandb_url="https://wandb.ai/marin/run/abc"
+    )
+    Run.objects.filter(plan=plan).exclude(pk=run.pk).update(wandb_url="javascript:alert(1)")
+    html = client.get(f"/plans/{plan.pk}/runs/").content.decode()
+    assert f'href="/api/v1/runs/{run.pk}/logs/"' in html
+    assert 'href="https://wandb.ai/marin/run/abc"' in html
+    assert "/#/jobs/4242" in html
+    assert "javascript:" not in html
+    assert html.count(">W&amp;B</a>") == 1
+
+
+# --- scaling ladder ------------------------------------------------------------------------
+
+
+def test_ladder_appears_for_a_plan_with_scales(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, LADDER_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    runs = _runs(plan)
+    by_scale = {(r.entry.scale, r.entry.is_baseline): r for r in runs}
+    losses = {
+        ("small", True): 3.0,
+        ("medium", True): 2.6,
+        ("small", False): 2.9,
+        ("medium", False): 2.5,
+    }
+    for key, loss in losses.items():
+        run = by_scale[key]
+        _move(run, RunState.RUNNING)
+        _report(run, "eval/loss", [loss + 1, loss])
+        _move(run, RunState.FINISHED)
+
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+    assert 'id="ladder-chart" data-chart-key="ladder"' in page
+    assert '<script id="ladder-data" type="application/json">' in page
+    assert "capacity_factor=2.0" in page.split('id="ladder-table"')[1]
+    assert re.search(r'data-multiplier="\d', page)
+
+
+def test_no_ladder_without_scales(client: Client, recipe: Any, contributor: Any) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    _finish_all(plan, [3.0, 2.9, 3.1])
+    assert 'id="ladder"' not in client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+
+# --- compare -------------------------------------------------------------------------------
+
+
+def test_compare_overlays_runs_across_plans_and_shows_only_differing_config(
+    client: Client, recipe: Any
+) -> None:
+    first = _finish_all(launched_plan(recipe, GRID_SPEC), [3.0, 2.9, 3.1])
+    other = launched_plan(recipe, "axes:\n  weight_decay: [0.1]\n", baseline={"steps": 20})
+    second = _finish_all(other, [3.2, 3.3])
+    ids = [first[0].pk, first[2].pk, second[1].pk]
+
+    response = client.get(f"/runs/compare/?ids={','.join(map(str, ids))}")
+    page = response.content.decode()
+
+    assert response.status_code == 200
+    header = page.split('id="config-diff"')[1].split("</thead>")[0]
+    assert re.findall(r'data-config-key="([^"]+)"', header) == [
+        "capacity_factor",
+        "steps",
+        "weight_decay",
+        "width",
+    ]
+    assert [int(i) for i in re.findall(r'data-run-id="(\d+)" data-run-state', page)] == ids
+    ids_param = ",".join(map(str, ids))
+    assert f'data-series-url="/api/v1/runs/series/?ids={ids_param}&amp;keys=' in page
+    assert 'data-chart-key="eval/loss"' in page
+    assert 'data-live="false"' in page
+    partial = client.get(f"/runs/compare/?ids={ids_param}&partial=table&sort=-eval/loss")
+    assert [int(i) for i in re.findall(r'data-run-id="(\d+)"', partial.content.decode())] == [
+        second[1].pk,
+        first[2].pk,
+        first[0].pk,
+    ]
+
+
+def test_compare_takes_at_most_100_runs(client: Client, recipe: Any) -> None:
+    runs = _runs(launched_plan(recipe, GRID_SPEC))
+    asked = [r.pk for r in runs] + list(range(10**6, 10**6 + 150))
+    response = client.get("/runs/compare/", {"ids": ",".join(map(str, asked))})
+    page = response.content.decode()
+    assert response.status_code == 200
+    assert 'id="compare-truncated"' in page
+    assert "You asked for 153 runs" in page
+    assert page.count('data-run-state="') == 3
+    value = re.search(r'id="compare-ids" name="ids" value="([^"]*)"', page)
+    assert value is not None and len(value.group(1).split(",")) == 100
+
+
+def test_compare_with_nothing_picked_explains_itself(client: Client) -> None:
+    page = client.get("/runs/compare/?ids=abc,-4").content.decode()
+    assert "Tick runs" in page
+    assert "results.js" not in page
+
+
+# --- the loss PNG --------------------------------------------------------------------------
+
+
+def test_loss_png_is_an_image_cached_by_the_latest_metric_change(
+    client: Client, recipe: Any
+) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    baseline, *others = _runs(plan)
+    for run, loss in zip(others, [2.9, 3.1], strict=True):
+        _move(run, RunState.RUNNING)
+        _report(run, "eval/loss", [loss + 1, loss])
+        _move(run, RunState.FINISHED)
+    _move(baseline, RunState.RUNNING)
+    _report(baseline, "eval/loss", [4.0, 3.5])
+
+    response = client.get(f"/plans/{plan.pk}/loss.png")
+    assert response.status_code == 200
+    assert response["Content-Type"] == "image/png"
+    assert response.content.startswith(b"\x89PNG\r\n\x1a\n")
+    etag = response["ETag"]
+    assert client.get(f"/plans/{plan.pk}/loss.png", HTTP_IF_NONE_MATCH=etag).status_code == 304
+
+    _report(baseline, "eval/loss", [3.2], first=20)
+    changed = client.get(f"/plans/{plan.pk}/loss.png", HTTP_IF_NONE_MATCH=etag)
+    assert changed.status_code == 200
+    assert changed["ETag"] != etag
+    assert changed.content != response.content
+    assert client.get(f"/plans/{plan.pk}/loss.png?key=train/loss").status_code == 404
+    assert client.get(f"/plans/{plan.pk}/loss.png?log=1").status_code == 200
+
+
+def test_loss_png_is_not_cached_while_the_rollup_catches_up(client: Client, recipe: Any) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    run = _runs(plan)[0]
+    _move(run, RunState.RUNNING)
+    _report(run, "train/loss", [4.0, 3.5])
+    batch = PointBatch(keys=["train/loss"], steps=[30], values=[3.0], times=[None])
+    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)  # not refreshed yet
+    response = client.get(f"/plans/{plan.pk}/loss.png")
+    assert response.status_code == 200
+    assert "ETag" not in response
+    assert "no-cache" in response["Cache-Control"]
+
+
+def test_loss_png_is_404_without_data(client: Client, recipe: Any) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    assert client.get(f"/plans/{plan.pk}/loss.png").status_code == 404
+    assert client.get("/plans/999999/loss.png").status_code == 404
+
+
+# --- page weight ---------------------------------------------------------------------------
+
+
+def test_proposal_page_js_and_css_weigh_under_300_kb_gzipped(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, LADDER_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    urls = re.findall(r'<script[^>]+src="/static/([^"]+)"', page)
+    urls += re.findall(r'<link[^>]+rel="stylesheet"[^>]+href="/static/([^"]+)"', page)
+    assert {"uplot/uPlot.iife.min.js", "js/results.js", "css/site.css"} <= set(urls)
+    total = 0
+    for url in set(urls):
+        path = finders.find(url)
+        assert path, f"{url} is not a static file (has bin/setup run npm ci?)"
+        with open(str(path), "rb") as handle:
+            total += len(gzip.compress(handle.read(), compresslevel=9))
+    assert total < PAGE_WEIGHT_LIMIT, f"{total} bytes gzipped"
