@@ -3,7 +3,7 @@
 from django.urls import path
 from rest_framework.routers import DefaultRouter
 
-from proposals.api import CommentViewSet, ProposalViewSet, ReviewViewSet
+from proposals.api import CommentViewSet, ProposalSearchView, ProposalViewSet, ReviewViewSet
 from runs.api import (
     PlanPreviewView,
     PlanSeriesView,
@@ -24,6 +24,7 @@ router.register("recipes", RecipeViewSet, basename="recipe")
 router.register("runs", RunViewSet, basename="run")
 
 urlpatterns = [
+    path("search/", ProposalSearchView.as_view(), name="proposal-search"),
     path("plans/preview/", PlanPreviewView.as_view(), name="plan-preview"),
     path("plans/<int:plan_id>/series/", PlanSeriesView.as_view(), name="plan-series"),
     path("runs/series/", RunsSeriesView.as_view(), name="runs-series"),  # before runs/<pk>/

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
-from rest_framework import mixins, status, viewsets
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
+from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from marin_site.api import HasNamedPermission
+from proposals import export as proposal_export
 from proposals import permissions as perms
-from proposals import selectors, services
+from proposals import query_language, selectors, services
+from proposals import search as proposal_search
 from proposals.filters import ProposalFilter
 from proposals.models import Comment, Door, Review
 from proposals.serializers import (
@@ -197,3 +201,38 @@ class CommentViewSet(
             body=data["body"],
             door=Door.API,
         )
+
+
+class ProposalSearchView(generics.GenericAPIView):
+    """Search proposals with the query language of /search/ (``q``; empty: every proposal).
+
+    Rows carry the export columns (proposals/export.py), paginated; ``?format=csv`` streams
+    every match as CSV instead. A query that cannot be read answers 400 with ``column``,
+    ``expected`` and ``found``.
+    """
+
+    permission_classes = [HasNamedPermission]
+    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, proposal_export.CSVRenderer]
+
+    @extend_schema(
+        parameters=[OpenApiParameter("q", str, description="A search query, e.g. label:moe")],
+        responses={200: OpenApiTypes.OBJECT, 400: OpenApiTypes.OBJECT},
+    )
+    def get(self, request: Request) -> Any:
+        text = request.query_params.get("q", "")
+        try:
+            query = query_language.parse_query(text)
+        except query_language.QuerySyntaxError as exc:
+            response = Response(exc.as_dict(), status=status.HTTP_400_BAD_REQUEST)
+            if request.accepted_renderer.format == "csv":
+                renderer = JSONRenderer()  # an error reads as JSON, whatever was asked
+                request.accepted_renderer = renderer
+                request.accepted_media_type = renderer.media_type
+            return response
+        result = proposal_search.proposal_search(query=query)
+        if request.accepted_renderer.format == "csv":
+            return proposal_export.export_response(request, result.proposals, fmt="csv", query=text)
+        page = self.paginate_queryset(proposal_export.export_queryset(result.proposals))
+        base_url = request.build_absolute_uri("/").rstrip("/")
+        rows = list(proposal_export.export_rows(page or [], base_url=base_url))
+        return self.get_paginated_response(rows)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.postgres.search import SearchVectorField
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 from django.urls import reverse
@@ -141,6 +142,9 @@ class Proposal(models.Model):
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Full-text search on PostgreSQL: a trigger keeps it and a GIN index serves it, both made
+    # by migration 0003 on PostgreSQL only. Unused (NULL) on SQLite; see proposals/search.py.
+    search_vector = SearchVectorField(null=True, editable=False)
 
     class Meta:
         ordering = ["-created_at", "-id"]

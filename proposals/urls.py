@@ -16,4 +16,7 @@ urlpatterns = [
     path("proposals/<int:pk>/review/", views.review_submit, name="review"),
     path("proposals/<int:pk>/comment/", views.comment_create, name="comment"),
     path("proposals/<int:pk>/outcome/", views.outcome_record, name="outcome"),
+    path("search/", views.search_page, name="search"),
+    path("archive/", views.archive_page, name="archive"),
+    path("export/proposals.<str:fmt>", views.export_download, name="export"),
 ]

@@ -9,14 +9,18 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
+from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.utils.cache import patch_cache_control
+from django.utils.functional import cached_property
 from django.views.decorators.http import require_POST
 
 from marin_site.errors import DomainError
+from proposals import export as proposal_export
 from proposals import permissions as perms
-from proposals import selectors, services
+from proposals import query_language, selectors, services
+from proposals import search as proposal_search
 from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
 from proposals.markdown import render_markdown
@@ -317,3 +321,115 @@ def review_queue(request: HttpRequest) -> HttpResponse:
         request.GET.get("page")
     )
     return render(request, "proposals/review_queue.html", {"page": page})
+
+
+# ------------------------------------------------------------ finding what has been tried
+
+EXPORT_FORMATS = ("csv", "json")
+# The search page pages through the first 1,000 matches (the export has them all): counting
+# stops there, so a query that matches most proposals costs no more than one that matches few.
+SEARCH_PAGE_CAP = 1000
+
+
+class _CappedPaginator(Paginator):
+    def __init__(self, result: proposal_search.SearchResult, per_page: int) -> None:
+        super().__init__(result.proposals, per_page)
+        self.total, self.capped = result.count(cap=SEARCH_PAGE_CAP)
+
+    @cached_property
+    def count(self) -> int:
+        return self.total
+
+
+def _query_error(
+    request: HttpRequest, error: query_language.QuerySyntaxError, fmt: str
+) -> HttpResponse:
+    if fmt == "json":
+        return JsonResponse(error.as_dict(), status=400)
+    if fmt == "csv":
+        return HttpResponse(str(error), status=400, content_type="text/plain; charset=utf-8")
+    shown = "".join(" " if c.isspace() else c for c in error.query)
+    return render(
+        request,
+        "proposals/search.html",
+        {
+            **_search_help(),
+            "q": error.query,
+            "error": error,
+            "shown_query": shown,
+            "caret": " " * error.position + "^",
+        },
+        status=400,
+    )
+
+
+def _search_help() -> dict[str, object]:
+    return {
+        "fields": query_language.FIELDS,
+        "columns": proposal_export.COLUMNS,
+        "limits": {
+            "length": query_language.MAX_QUERY_LENGTH,
+            "depth": query_language.MAX_DEPTH,
+            "terms": query_language.MAX_TERMS,
+            "list": query_language.MAX_LIST,
+        },
+    }
+
+
+def search_page(request: HttpRequest) -> HttpResponseBase:
+    """``/search/?q=``: the query language over every proposal; ``&format=csv|json`` exports."""
+    text = request.GET.get("q", "")
+    fmt = request.GET.get("format", "")
+    if fmt and fmt not in EXPORT_FORMATS:
+        return HttpResponse("format is csv or json", status=400, content_type="text/plain")
+    try:
+        query = query_language.parse_query(text)
+    except query_language.QuerySyntaxError as exc:
+        return _query_error(request, exc, fmt)
+    result = proposal_search.proposal_search(query=query)
+    if fmt:
+        return proposal_export.export_response(request, result.proposals, fmt=fmt, query=text)
+    page = _CappedPaginator(result, 25).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "proposals/search.html",
+        {
+            **_search_help(),
+            "q": text,
+            "understood": query.describe(),
+            "ignored": result.ignored,
+            "ranked": result.ranked,
+            "page": page,
+        },
+    )
+
+
+def export_download(request: HttpRequest, fmt: str) -> HttpResponseBase:
+    """``/export/proposals.csv?q=`` and ``.json``: every proposal matching ``q``, streamed."""
+    if fmt not in EXPORT_FORMATS:
+        raise Http404("Export as proposals.csv or proposals.json.")
+    text = request.GET.get("q", "")
+    try:
+        query = query_language.parse_query(text)
+    except query_language.QuerySyntaxError as exc:
+        return _query_error(request, exc, fmt)
+    result = proposal_search.proposal_search(query=query)
+    return proposal_export.export_response(request, result.proposals, fmt=fmt, query=text)
+
+
+def archive_page(request: HttpRequest) -> HttpResponse:
+    """``/archive/``: what did not work. Proposals by default, failed runs with ``show=runs``."""
+    show = "runs" if request.GET.get("show") == "runs" else "proposals"
+    proposals = proposal_search.archive_proposals()
+    runs = proposal_search.archive_runs()
+    page = Paginator(runs if show == "runs" else proposals, 25).get_page(request.GET.get("page"))
+    return render(
+        request,
+        "proposals/archive.html",
+        {
+            "show": show,
+            "page": page,
+            "proposal_count": page.paginator.count if show == "proposals" else proposals.count(),
+            "run_count": page.paginator.count if show == "runs" else runs.count(),
+        },
+    )
