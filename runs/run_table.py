@@ -98,6 +98,7 @@ class RunTable:
     groups: list[RunGroup] = field(default_factory=list)
     columns: dict[str, Column] = field(default_factory=dict)
     values: dict[int, dict[str, float]] = field(default_factory=dict)
+    logged_keys: list[str] = field(default_factory=list)  # keys with points: what charts draw
 
     @property
     def active(self) -> bool:
@@ -110,7 +111,8 @@ class RunTable:
 
     @property
     def other_keys(self) -> list[str]:
-        return [k for k in self.all_keys if k not in self.chart_keys]
+        """Keys a chart can be added for: logged as points, not charted yet."""
+        return [k for k in self.logged_keys if k not in self.chart_keys]
 
     @property
     def metric_columns(self) -> list[Column]:
@@ -144,7 +146,9 @@ def display(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
 
 
-def final_values(runs: Sequence[Run]) -> tuple[dict[int, dict[str, float]], dict[int, int]]:
+def final_values(
+    runs: Sequence[Run],
+) -> tuple[dict[int, dict[str, float]], dict[int, int], set[str]]:
     """Each run's last value per key and its highest step, in one query. A cached run reads
     the run it reuses; imported tracker summaries fill keys that were never streamed."""
     source_of = {run.pk: run.cached_from_id or run.pk for run in runs}
@@ -166,7 +170,8 @@ def final_values(runs: Sequence[Run]) -> tuple[dict[int, dict[str, float]], dict
         values[run.pk] = {**imported, **by_source.get(source_of[run.pk], {})}
         if source_of[run.pk] in steps:
             progress[run.pk] = steps[source_of[run.pk]]
-    return values, progress
+    logged = {key for metrics in by_source.values() for key in metrics}  # keys with points
+    return values, progress, logged
 
 
 def ordered_keys(keys: Iterable[str]) -> list[str]:
@@ -305,7 +310,7 @@ def run_table_build(
     ``extra_params`` go into every sort link (the compare page keeps its run ids)."""
     runs = list(runs)
     axes = plan_axes(plan)
-    values, steps = final_values(runs)
+    values, steps, logged = final_values(runs)
     rows = [_row(run, axes, values[run.pk], steps.get(run.pk)) for run in runs]
     all_keys = ordered_keys(k for v in values.values() for k in v)
     metric_keys = list(TABLE_KEYS)
@@ -316,7 +321,8 @@ def run_table_build(
         rows=rows,
         axes=axes,
         metric_keys=metric_keys,
-        chart_keys=all_keys[:DEFAULT_CHARTS],
+        chart_keys=[k for k in all_keys if k in logged][:DEFAULT_CHARTS],
+        logged_keys=[k for k in all_keys if k in logged],
         all_keys=all_keys,
         sort=sort,
         group=group,

@@ -390,7 +390,9 @@
     const series = [{ label: "step" }];
     const bands = [];
     for (const line of lines) {
-      series.push({ label: line.label, stroke: line.colour, width: line.run.baseline ? 2 : 1, spanGaps: true, points: { show: false } });
+      // A key logged once or twice (a run's final figure) has no line to draw: show its points.
+      const sparse = line.step.length < 3;
+      series.push({ label: line.label, stroke: line.colour, width: line.run.baseline ? 2 : 1, spanGaps: true, points: { show: sparse, size: 7, fill: line.colour } });
     }
     if (withBand) {
       for (const line of lines) {

@@ -129,6 +129,25 @@ def test_page_wires_one_chart_per_key_to_the_series_api(
     assert not re.search(r"\son[a-z]+=\"", page)
 
 
+def test_a_key_only_in_the_final_summary_gets_no_empty_chart(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    """``run_seconds`` arrives once, in the tracker summary, never as points: the table may
+    show it, but no chart (or "add a chart" choice) is offered for a line that cannot exist."""
+    plan = launched_plan(recipe, GRID_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    run = _runs(plan)[0]
+    _move(run, RunState.RUNNING)
+    _report(run, "train/loss", [1.0, 0.5])
+    Run.objects.filter(pk=run.pk).update(final_metrics={"run_seconds": 12.5, "eval/loss": 0.7})
+
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+    assert re.findall(r'data-chart-key="([^"]+)"', page) == ["train/loss"]
+    assert 'value="run_seconds"' not in page
+    assert "keys=train/loss&amp;" in page
+
+
 def test_page_turns_polling_off_when_every_run_is_terminal(
     client: Client, recipe: Any, contributor: Any
 ) -> None:
