@@ -190,12 +190,19 @@ SHARED_CACHE = CACHES["default"]["BACKEND"].endswith("RedisCache")
 # worker's writes.
 PAGE_CACHE_SECONDS = int(os.environ.get("PAGE_CACHE_SECONDS", "30" if SHARED_CACHE else "0"))
 PAGE_CACHE_VIEWS = frozenset(
-    {"proposals:list", "proposals:detail", "proposal-list", "proposal-detail"}
+    {
+        "proposals:list",
+        "proposals:detail",
+        "proposals:archive",
+        "proposals:search",
+        "proposal-list",
+        "proposal-detail",
+    }
 )
 
 # Celery: Redis in production; a filesystem broker (no server) by default.
 BROKER_DIR = VAR_DIR / "broker"
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://")
+CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost/")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
