@@ -6,7 +6,6 @@ import json
 import math
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +66,10 @@ def test_knobs_change_the_curves_and_the_drop_fraction(tmp_path: Path) -> None:
     assert roomy["throughput/tokens_per_second"] > 0
 
 
-def test_smallest_scale_finishes_under_30_seconds_and_learns(tmp_path: Path) -> None:
+def test_smallest_scale_runs_offline_and_learns(tmp_path: Path) -> None:
+    """How long it takes is bench/trainer.py's figure (target: under 30 s on 2 cores)."""
     small = {**TINY_MOE["default_config"], **TINY_MOE["scales"]["small"]}
     (tmp_path / "config.json").write_text(json.dumps(small))
-    started = time.monotonic()
     done = subprocess.run(
         [sys.executable, "-m", "runs.tiny_moe", "--config", "config.json"],
         cwd=tmp_path,
@@ -80,9 +79,7 @@ def test_smallest_scale_finishes_under_30_seconds_and_learns(tmp_path: Path) -> 
         timeout=60,
         check=False,
     )
-    elapsed = time.monotonic() - started
     assert done.returncode == 0, done.stderr
-    assert elapsed < 30
     line = json.loads((tmp_path / "tracker_metrics.jsonl").read_text().splitlines()[-1])
     assert set(line) == {"config", "summary"}
     assert line["config"]["width"] == 64
