@@ -1044,9 +1044,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="gunicorn workers (default 3: README production command, 2 cores)",
     )
     p.add_argument(
-        "--threads", type=int, default=4, help="threads per gthread worker (default 4, as README)"
+        "--threads", type=int, default=4, help="threads per gthread worker (default 4)"
     )
-    p.add_argument("--worker-class", default="gthread", choices=["gthread", "sync"])
+    p.add_argument(
+        "--worker-class",
+        default="sync",
+        choices=["gthread", "sync"],
+        help="gunicorn worker class (default sync, as the README's production command)",
+    )
     p.add_argument(
         "--wsgi", default="marin_site.wsgi", help="WSGI module for gunicorn (to try a variant)"
     )

@@ -38,10 +38,39 @@ def _per_proposal(aggregate: Any, output_field: Any) -> Subquery:
     return Subquery(reviews, output_field=output_field)
 
 
+RECIPE_HEAVY = tuple(
+    f"recipe__{name}"
+    for name in (
+        "description",
+        "command_template",
+        "default_config",
+        "parameter_schema",
+        "compute_model",
+        "scales",
+    )
+)
+PROPOSAL_HEAVY = (
+    "description",
+    "hypothesis",
+    "baseline",
+    "ablation_spec",
+    "state_reason",
+    "approved_hypothesis",
+    "approved_criteria",
+    "conclusion",
+    "results",
+    "github_sections",
+)
+
+
 def proposal_list() -> QuerySet[Proposal]:
-    """Every proposal (all are public), with what the list page and the API show."""
+    """Every proposal (all are public), with what the list page and the API show.
+
+    A list row never needs its recipe's config and schema (JSON decoded per row otherwise)
+    nor the search vector."""
     return (
         Proposal.objects.select_related("author", "recipe")
+        .defer("search_vector", *RECIPE_HEAVY)
         .prefetch_related("labels")
         .annotate(
             review_count=Coalesce(
@@ -51,6 +80,11 @@ def proposal_list() -> QuerySet[Proposal]:
         )
         .order_by("-created_at", "-id")
     )
+
+
+def proposal_rows() -> QuerySet[Proposal]:
+    """The list page's rows: ``proposal_list`` without the long texts a row never shows."""
+    return proposal_list().defer(*PROPOSAL_HEAVY)
 
 
 def proposal_detail(*, pk: int) -> Proposal:

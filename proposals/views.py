@@ -57,9 +57,9 @@ def refusal(
 
 
 def proposal_list(request: HttpRequest) -> HttpResponse:
-    filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_list())
+    filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_rows())
     queryset = (
-        filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_list()
+        filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_rows()
     )
     page = Paginator(queryset, 25).get_page(request.GET.get("page"))
     query = request.GET.copy()
