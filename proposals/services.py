@@ -476,6 +476,7 @@ def proposal_record_outcome(
         message=conclusion[:500],
     )
     github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
+    github_outbox.outbox_outcome_comment(proposal=proposal)
     return proposal
 
 

@@ -10,6 +10,7 @@ whose answer was lost is found by its marker before it is tried again.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import time
@@ -146,6 +147,20 @@ def outbox_site_comment(*, comment: Comment) -> None:
     outbox_comment_enqueue(
         proposal=proposal, key=f"site:{comment.pk}", body=body, comment_id=comment.pk
     )
+
+
+def outbox_outcome_comment(*, proposal: Proposal) -> None:
+    """The maintainer's verdict as a comment: outcome, confidence and the conclusion. One
+    comment per distinct verdict; changing it posts the new one (the old stays, dated)."""
+    link = f"{settings.SITE_URL}{proposal.get_absolute_url()}"
+    confidence = f" ({proposal.get_confidence_display()})" if proposal.confidence else ""
+    body = f"**Outcome: {proposal.get_outcome_display()}**{confidence}"
+    if proposal.conclusion.strip():
+        body += f"\n\n{proposal.conclusion.strip()}"
+    body += f"\n\nRecorded on [marin-site]({link}); the results are judged against the criteria as approved."
+    verdict = f"{proposal.outcome}|{proposal.confidence}|{proposal.conclusion}"
+    digest = hashlib.sha256(verdict.encode()).hexdigest()[:16]
+    outbox_comment_enqueue(proposal=proposal, key=f"outcome:{proposal.pk}:{digest}", body=body)
 
 
 @transaction.atomic

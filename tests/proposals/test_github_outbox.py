@@ -390,3 +390,39 @@ def test_an_exhausted_rate_limit_holds_later_writes_until_the_reset(
     assert come_back == rows[1].next_attempt_at
     assert (come_back - rows[1].created_at).total_seconds() > 3000  # the fake resets in 1 h
     assert rows[1].attempts == 0
+
+
+def test_a_recorded_outcome_is_posted_once_per_verdict(
+    github_on: FakeGitHub, contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    proposal = _submitted(contributor, recipe)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    drain()
+
+    def record(outcome: str, conclusion: str) -> None:
+        services.proposal_record_outcome(
+            proposal_id=proposal.pk,
+            actor=maintainer,
+            outcome=outcome,
+            conclusion=conclusion,
+            confidence="exploratory",
+        )
+        drain()
+
+    def verdicts() -> list[str]:
+        return [
+            c["body"]
+            for c in github_on.issue_comments(_number(proposal))
+            if c["body"].startswith("**Outcome:")
+        ]
+
+    record("did_not_work", "Eval loss **rose** by 0.02 at both scales.")
+    record("did_not_work", "Eval loss **rose** by 0.02 at both scales.")  # the same again
+    assert len(verdicts()) == 1
+    assert verdicts()[0].startswith("**Outcome: Did not work** (Exploratory)")
+    assert "Eval loss **rose** by 0.02" in verdicts()[0]
+    assert f"http://site.test/proposals/{proposal.pk}/" in verdicts()[0]
+
+    record("inconclusive", "A third seed disagreed.")
+    assert len(verdicts()) == 2
+    assert verdicts()[1].startswith("**Outcome: Inconclusive**")

@@ -79,6 +79,7 @@ class RedisServer:
                 return
             except redis.ConnectionError:
                 if time.monotonic() > deadline:
+                    self.kill()
                     raise
                 time.sleep(0.05)
 
