@@ -237,8 +237,10 @@ def record(text: str) -> None:
 def start_worker(
     args: argparse.Namespace, env: dict[str, str], port: int
 ) -> subprocess.Popen[bytes]:
+    nice = ["nice", "-n", str(args.worker_nice)] if args.worker_nice else []
     return subprocess.Popen(
         [
+            *nice,
             str(VENV / "celery"),
             "-A",
             "marin_site",
@@ -256,12 +258,24 @@ def start_worker(
     )
 
 
-def main() -> int:
+def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=200)
     parser.add_argument("--duration", type=float, default=30)
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    parser.add_argument(
+        "--worker-nice",
+        type=int,
+        default=0,
+        help="run the Celery worker under nice(1) at this niceness: acknowledgements first",
+    )
+    parser.add_argument(
+        "--worker-class",
+        default="gthread",
+        choices=["sync", "gthread"],
+        help="gunicorn worker class (default gthread: keep-alive, as GitHub's deliveries reuse connections)",
+    )
     parser.add_argument("--celery-concurrency", type=int, default=2)
     parser.add_argument(
         "--database",
@@ -300,9 +314,8 @@ def main() -> int:
                     "-w",
                     str(args.workers),
                     "-k",
-                    "gthread",
-                    "--threads",
-                    "4",
+                    args.worker_class,
+                    *(["--threads", "4"] if args.worker_class == "gthread" else []),
                     "--log-level",
                     "warning",
                 ],
@@ -341,7 +354,7 @@ def main() -> int:
         SECTION,
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {cpu} CPUs; {database}; Celery on "
-        f"Redis ({args.celery_concurrency} processes); gunicorn {args.workers} workers x 4 threads, "
+        f"Redis ({args.celery_concurrency} processes); gunicorn {args.workers} {args.worker_class} workers, Celery niceness {args.worker_nice}, "
         f"DEBUG=0; the {len(deliveries())} octokit payloads round-robin, signed.",
         "",
         "| rate | sent | 2xx | stored | processed | ack p50 | ack p99 | ack max | drain after last ack |",
