@@ -54,3 +54,11 @@ def percent_of(value: float | None, total: float | None) -> str:
 def entries(mapping: dict[str, Any] | None) -> list[tuple[str, Any]]:
     """Key-value pairs of a dict, safe for keys such as 'items' that shadow methods."""
     return sorted((mapping or {}).items())
+
+
+@register.simple_tag(takes_context=True)
+def page_link(context: dict[str, Any], number: int) -> str:
+    """``?...&page=N``: this page's query string (filters, search, tab) with another page."""
+    query = context["request"].GET.copy()
+    query["page"] = number
+    return "?" + query.urlencode()

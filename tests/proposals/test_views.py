@@ -73,6 +73,22 @@ def test_list_paginates(client: Client, recipe: Any) -> None:
     assert len(client.get("/?page=2").context["page"].object_list) == 5
 
 
+@pytest.mark.parametrize(
+    ("path", "kept"),
+    [
+        ("/?state=submitted&page=1", "state=submitted&amp;page=2"),
+        ("/search/?q=state%3Asubmitted", "q=state%3Asubmitted&amp;page=2"),
+    ],
+)
+def test_page_links_keep_the_filters_and_the_query(
+    client: Client, recipe: Any, path: str, kept: str
+) -> None:
+    ProposalFactory.create_batch(30, recipe=recipe, state=State.SUBMITTED)
+    page = client.get(path).content.decode()
+    assert f'href="?{kept}" rel="next"' in page
+    assert "Page 1 of 2" in page
+
+
 def test_list_query_count_does_not_grow(client: Client, recipe: Any) -> None:
     for proposal in ProposalFactory.create_batch(2, recipe=recipe, state=State.SUBMITTED):
         ReviewFactory.create(proposal=proposal)
