@@ -1043,9 +1043,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=3,
         help="gunicorn workers (default 3: README production command, 2 cores)",
     )
-    p.add_argument(
-        "--threads", type=int, default=4, help="threads per gthread worker (default 4)"
-    )
+    p.add_argument("--threads", type=int, default=4, help="threads per gthread worker (default 4)")
     p.add_argument(
         "--worker-class",
         default="sync",
