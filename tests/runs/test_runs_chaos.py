@@ -110,6 +110,7 @@ class Worker:
             "LOG_LEVEL": "WARNING",
         }
         self.proc: subprocess.Popen[bytes] | None = None
+        self.restarts = 0
 
     def start(self) -> None:
         with self.log.open("ab") as log:
@@ -133,6 +134,13 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
+
+    def supervise(self) -> None:
+        """What systemd's Restart=always does in production: a worker that exited (Celery's
+        Redis transport can stop the worker when the broker vanishes) is started again."""
+        if self.proc is not None and self.proc.poll() is not None:
+            self.restarts += 1
+            self.start()
 
     def kill(self) -> None:
         """SIGKILL: no warm shutdown, no acknowledgement of what it was doing."""
@@ -190,6 +198,7 @@ def _approve(recipe: Any, contributor: Any, maintainer: Any) -> int:
 
 def _everything_finished(plan_id: int, worker: Worker) -> None:
     def finished() -> bool:
+        worker.supervise()
         return PlanLaunch.objects.filter(plan_id=plan_id, finished_at__isnull=False).exists()
 
     try:
@@ -198,7 +207,9 @@ def _everything_finished(plan_id: int, worker: Worker) -> None:
         states = list(
             Run.objects.filter(plan_id=plan_id).values_list("pk", "state", "state_reason")
         )
-        raise AssertionError(f"{states}\n{worker.log.read_text()[-3000:]}") from None
+        raise AssertionError(
+            f"{states}\nworker restarts: {worker.restarts}\n{worker.log.read_text()[-3000:]}"
+        ) from None
     runs = list(Run.objects.filter(plan_id=plan_id))
     assert len(runs) == 7
     assert {run.state for run in runs} == {RunState.FINISHED}, [
