@@ -73,6 +73,17 @@ def test_list_paginates(client: Client, recipe: Any) -> None:
     assert len(client.get("/?page=2").context["page"].object_list) == 5
 
 
+def test_labels_link_to_the_list_filter_or_the_search(client: Client, recipe: Any) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    proposal.labels.create(name="moe-routing")
+    link = '<a class="label" href="{}">moe-routing</a>'
+    assert link.format("/?label=moe-routing") in client.get("/").content.decode()
+    detail = client.get(proposal.get_absolute_url()).content.decode()
+    assert link.format("/?label=moe-routing") in detail
+    found = client.get("/search/?q=label%3Amoe-routing").content.decode()
+    assert link.format("/search/?q=label:moe-routing") in found
+
+
 @pytest.mark.parametrize(
     ("path", "kept"),
     [
