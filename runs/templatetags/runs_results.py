@@ -10,7 +10,7 @@ from django import template
 from django.urls import reverse
 
 from runs import run_table
-from runs.models import Plan, PlanLaunch
+from runs.models import Plan
 
 register = template.Library()
 
@@ -41,12 +41,6 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
         "png_url": reverse("plan-loss-png", kwargs={"plan_id": plan.pk}),
         "results_config": {"plan": plan.pk, "pollMs": run_table.POLL_MILLISECONDS, "runAxes": {}},
     }
-
-
-@register.simple_tag
-def run_table_of(runs: Any, launch: PlanLaunch | None = None) -> run_table.RunTable:
-    """A table for a bare list of runs (``{% include "runs/_run_table.html" with runs=... %}``)."""
-    return run_table.run_table_build(runs=list(runs or []), launch=launch)
 
 
 def _number(value: Any) -> bool:

@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from django.template import Context, Template
 from django.test import Client
 
 from runs import queue
 from runs.models import MetricSummary, Run, RunState
-from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
+from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 
@@ -36,16 +35,11 @@ def test_missing_run_is_404(client: Client) -> None:
     assert client.get("/runs/999999/").status_code == 404
 
 
-def test_run_table_include_lists_a_plans_runs(recipe: Any) -> None:
+def test_a_plans_run_table_lists_its_runs(client: Client, recipe: Any) -> None:
     plan = launched_plan(recipe)
-    template = Template(
-        "{% load runs_tags %}{% plan_runs plan_id as runs %}{% plan_launch plan_id as launch %}"
-        '{% include "runs/_run_table.html" with runs=runs launch=launch %}'
-    )
-    html = template.render(Context({"plan_id": plan.pk}))
+    html = client.get(f"/plans/{plan.pk}/runs/").content.decode()
     assert html.count('href="/runs/') == 2
     assert "baseline" in html
     assert "capacity_factor=2.0" in html
-    assert "No runs yet" in Template(
-        '{% load runs_tags %}{% plan_runs None as runs %}{% include "runs/_run_table.html" %}'
-    ).render(Context({}))
+    not_launched = frozen_plan(recipe)
+    assert "No runs yet" in client.get(f"/plans/{not_launched.pk}/runs/").content.decode()
