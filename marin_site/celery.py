@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
 
 from celery import Celery
+from celery.signals import worker_process_init
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marin_site.settings")
 
@@ -21,3 +23,10 @@ def _ensure_filesystem_broker_folders(sender: Celery, **kwargs: object) -> None:
         folder = options.get(key)
         if folder:
             os.makedirs(folder, exist_ok=True)
+
+
+@worker_process_init.connect
+def _freeze_start_up_objects(**kwargs: object) -> None:
+    """As in wsgi.py: what a worker process inherits is kept out of every full collection."""
+    gc.collect()
+    gc.freeze()
