@@ -178,7 +178,7 @@ CACHES = {
 }
 if os.environ.get("CACHE_URL", "").startswith("redis"):
     CACHES["default"] = {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "marin_site.cache.RedisCache",  # Django's, one client per pool
         "LOCATION": os.environ["CACHE_URL"],
     }
 
