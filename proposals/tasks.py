@@ -23,16 +23,17 @@ def github_outbox_reconcile() -> int:
     due = outbox.outbox_due_proposals()
     for proposal_id in due:
         github_outbox_drain.apply_async(kwargs={"proposal_id": proposal_id})
-    for delivery_id in services.delivery_pending_ids():
-        github_delivery_process.apply_async(kwargs={"delivery_id": delivery_id})
+    if services.deliveries_left_behind():
+        github_deliveries_drain.apply_async()
     return len(due)
 
 
-@shared_task(name="proposals.github_delivery_process", time_limit=120, soft_time_limit=100)
-def github_delivery_process(*, delivery_id: int) -> str:
-    return services.delivery_process(delivery_id=delivery_id)
-
-
-@shared_task(name="proposals.github_deliveries_drain", time_limit=600, soft_time_limit=580)
-def github_deliveries_drain() -> int:
-    return services.deliveries_drain()
+@shared_task(
+    bind=True, name="proposals.github_deliveries_drain", time_limit=600, soft_time_limit=580
+)
+def github_deliveries_drain(self: object) -> int:
+    """Process stored webhook deliveries; while more keep coming, come back shortly."""
+    done, come_back = services.deliveries_drain()
+    if come_back and not getattr(getattr(self, "request", None), "is_eager", False):
+        github_deliveries_drain.apply_async(countdown=services.DRAIN_LINGER_SECONDS)
+    return done

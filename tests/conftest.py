@@ -61,7 +61,10 @@ def _fast_password_hashing() -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_cache() -> None:
-    """Throttles and caches start empty in every test."""
+    """Throttles and caches start empty in every test (and what a process remembers of them)."""
     from django.core.cache import cache
 
+    from proposals.github.services import nudge_memo_forget
+
     cache.clear()
+    nudge_memo_forget()

@@ -1,15 +1,16 @@
 """Writes driven by GitHub: storing and processing webhook deliveries, linking accounts.
 
 The webhook door stores a delivery (``delivery_store``) and answers at once; the Celery task
-calls ``delivery_process``, which turns it into calls of the proposal services with the
+calls ``deliveries_drain``, which turns each into calls of the proposal services with the
 mapped site account as the actor, so the same rules and permissions apply as on the site.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
+import time
+from collections import defaultdict
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -19,7 +20,7 @@ from django.contrib.auth.models import Group, User
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.core.validators import URLValidator
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -82,68 +83,136 @@ def github_account(*, login: str, github_id: int | str | None) -> User:
 # Deliveries.
 
 
-def _in_transaction() -> bool:
-    return not transaction.get_autocommit()
+def delivery_store(*, delivery_id: str, event: str, action: str, body: str) -> bool:
+    """Store a verified delivery as it came and nudge a worker; False when seen before.
 
-
-def delivery_store(*, delivery_id: str, event: str, payload: dict[str, Any]) -> bool:
-    """Store a verified delivery and nudge a worker to process it; False when seen before."""
-    raw_action = payload.get("action")
-    action = raw_action if isinstance(raw_action, str) else ""
-    try:  # one INSERT; the unique delivery id is the dedupe (a savepoint only if in a transaction)
-        with (
-            transaction.atomic(savepoint=True, durable=False)
-            if _in_transaction()
-            else contextlib.nullcontext()
-        ):
-            WebhookDelivery.objects.create(
-                delivery_id=delivery_id[:100], event=event[:50], action=action[:50], payload=payload
-            )
-    except IntegrityError:
-        return False
-    transaction.on_commit(deliveries_nudge, robust=True)
-    return True
+    This is the webhook's whole synchronous work, so it is one statement: the unique delivery
+    id does the dedupe (``ON CONFLICT DO NOTHING``, no exception and no savepoint), and the
+    body goes in as the JSON text GitHub signed, parsed by the database, not re-encoded here.
+    """
+    if "\\u0000" in body:  # JSON allows NUL in strings; PostgreSQL's jsonb and text do not
+        body = body.replace("\\u0000", "\\ufffd")
+    table = connection.ops.quote_name(WebhookDelivery._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} "  # noqa: S608  (the table name is ours; values are parameters)
+            "(delivery_id, event, action, payload, received_at, outcome, detail) "
+            "VALUES (%s, %s, %s, %s, %s, %s, '') ON CONFLICT (delivery_id) DO NOTHING RETURNING id",
+            [
+                delivery_id[:100],
+                event[:50],
+                action[:50],
+                body,
+                connection.ops.adapt_datetimefield_value(timezone.now()),
+                WebhookDelivery.Outcome.PENDING,
+            ],
+        )
+        created = cursor.fetchone() is not None
+    if created:
+        transaction.on_commit(deliveries_nudge, robust=True)
+    return created
 
 
 DRAIN_NUDGED = "github:deliveries:nudged"
 DRAIN_NUDGE_SECONDS = 30
+DRAIN_LINGER_SECONDS = 0.25
+DRAIN_NUDGE_MEMO_SECONDS = 0.1
+
+
+class _NudgeMemo:
+    """When this process last saw the flag held (time.monotonic), shared by its threads."""
+
+    seen_at = float("-inf")
+
+
+_memo = _NudgeMemo()
 
 
 def deliveries_nudge() -> None:
     """Ask a worker to process the stored deliveries.
 
-    With a shared cache, one queued nudge stands for every delivery stored until a worker
-    takes it up (the worker clears the flag before it looks for work), so a burst of
-    deliveries costs one broker message instead of one each, and the webhook answers
-    sooner. If the nudge is lost anyway, the reconciler finds what is left unprocessed.
+    With a shared cache, one queued nudge stands for every delivery stored until the drain
+    lets go of the flag, so a stream of deliveries costs a handful of broker messages instead
+    of one each: publishing costs more than the rest of the acknowledgement together
+    (bench/webhooks.py). A process that saw the flag held less than
+    DRAIN_NUDGE_MEMO_SECONDS ago does not even ask Redis again; the drain waits that long
+    after letting go before its last look, so such a delivery is still found. If a nudge
+    is lost anyway, the flag expires and the reconciler finds what is left.
     """
     from proposals import tasks
 
     shared = settings.SHARED_CACHE
-    if shared and not cache.add(DRAIN_NUDGED, 1, timeout=DRAIN_NUDGE_SECONDS):
-        return
+    if shared:
+        now = time.monotonic()  # before asking: the flag was held at some point after this
+        if now - _memo.seen_at < DRAIN_NUDGE_MEMO_SECONDS:
+            return
+        _memo.seen_at = now
+        if not cache.add(DRAIN_NUDGED, 1, timeout=DRAIN_NUDGE_SECONDS):
+            return
     try:
         tasks.github_deliveries_drain.apply_async(retry=False)
     except Exception:  # broker down: the reconciler processes them
         logger.warning("could not enqueue the processing of webhook deliveries")
         if shared:
+            _memo.seen_at = float("-inf")
             cache.delete(DRAIN_NUDGED)
 
 
-def deliveries_drain(*, batch: int = 200) -> int:
-    """Process every stored, unprocessed delivery, oldest first; returns how many."""
-    cache.delete(DRAIN_NUDGED)  # before looking: a delivery stored from now on nudges again
+def nudge_memo_forget() -> None:
+    """Forget when this process last saw the flag held (tests start from a clean slate)."""
+    _memo.seen_at = float("-inf")
+
+
+def deliveries_drain(*, batch: int = 50) -> tuple[int, bool]:
+    """Process every stored, unprocessed delivery, oldest first: (how many, come back?).
+
+    While deliveries keep coming, the drain keeps the nudge flag and asks to be run again
+    in DRAIN_LINGER_SECONDS (the task reschedules itself; no worker sleeps long), so the
+    webhook does not publish a message per delivery. Once a pass finds nothing, it lets go
+    of the flag, waits out the nudge memo, and looks once more: a delivery stored before
+    that is found by the last look, one stored after it nudges on its own, so none waits
+    for the reconciler.
+    """
+    done = _drain_pending(batch)
+    if not settings.SHARED_CACHE:
+        return done, False
+    if done:
+        cache.set(DRAIN_NUDGED, 1, timeout=DRAIN_NUDGE_SECONDS)
+        return done, True
+    cache.delete(DRAIN_NUDGED)
+    time.sleep(DRAIN_NUDGE_MEMO_SECONDS)
+    return done + _drain_pending(batch), False
+
+
+def _drain_pending(batch: int) -> int:
+    """Process what is pending now, in batches.
+
+    A batch is one transaction: its rows are locked together (rows another worker holds are
+    skipped, not waited for), each delivery runs in its own savepoint so one failure stays
+    its own, and the outcomes are written with one UPDATE per distinct outcome. Rows are read a few at a time,
+    so large payloads (up to 25 MB each) never sit in memory together.
+    """
     done = 0
     while True:
-        pending = list(
-            WebhookDelivery.objects.filter(outcome=WebhookDelivery.Outcome.PENDING)
-            .order_by("received_at", "pk")
-            .values_list("pk", flat=True)[:batch]
-        )
-        for pk in pending:
-            if delivery_process(delivery_id=pk):
-                done += 1
-        if len(pending) < batch:
+        with transaction.atomic():
+            pending = (
+                WebhookDelivery.objects.filter(outcome=WebhookDelivery.Outcome.PENDING)
+                .order_by("received_at", "pk")
+                .select_for_update(skip_locked=True)
+                .only("pk", "delivery_id", "event", "action", "payload")[:batch]
+            )
+            outcomes: dict[Result, list[int]] = defaultdict(list)
+            for delivery in pending.iterator(chunk_size=10):
+                outcome, detail = _delivery_outcome(delivery)
+                outcomes[outcome, detail[:10_000]].append(delivery.pk)
+            processed_at = timezone.now()
+            for (outcome, detail), ids in outcomes.items():  # most deliveries share a few
+                WebhookDelivery.objects.filter(pk__in=ids).update(
+                    outcome=outcome, detail=detail, processed_at=processed_at
+                )
+        count = sum(len(ids) for ids in outcomes.values())
+        done += count
+        if count < batch:
             return done
 
 
@@ -153,16 +222,7 @@ def delivery_process(*, delivery_id: int) -> str:
         delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id).first()
         if delivery is None or delivery.processed_at is not None:
             return ""
-        try:
-            with transaction.atomic():
-                outcome, detail = _dispatch(delivery.event, delivery.action, delivery.payload)
-        except DomainError as exc:
-            outcome, detail = WebhookDelivery.Outcome.IGNORED, f"refused: {exc.message}"
-        except ValidationError as exc:
-            outcome, detail = WebhookDelivery.Outcome.IGNORED, "refused: " + "; ".join(exc.messages)
-        except Exception as exc:
-            logger.exception("webhook delivery %s failed", delivery.delivery_id)
-            outcome, detail = WebhookDelivery.Outcome.FAILED, f"{type(exc).__name__}: {exc}"
+        outcome, detail = _delivery_outcome(delivery)
         delivery.outcome = outcome
         delivery.detail = detail[:10_000]
         delivery.processed_at = timezone.now()
@@ -170,14 +230,35 @@ def delivery_process(*, delivery_id: int) -> str:
         return outcome
 
 
-def delivery_pending_ids() -> list[int]:
-    """Deliveries stored but not processed for a minute: what the reconciler retries."""
+def _delivery_outcome(delivery: WebhookDelivery) -> Result:
+    """Apply one delivery: what it did, or why not. Never raises.
+
+    Most deliveries are settled from the payload alone (a ping, an event the site does not
+    follow, another repository); only the rest enter a savepoint and the database, so a
+    failure undoes that delivery's writes and nothing else.
+    """
+    event, action, payload = delivery.event, delivery.action, delivery.payload
+    try:
+        settled = _triage(event, action, payload)
+        if settled is not None:
+            return settled
+        with transaction.atomic():
+            return _dispatch(event, action, payload)
+    except DomainError as exc:
+        return WebhookDelivery.Outcome.IGNORED, f"refused: {exc.message}"
+    except ValidationError as exc:
+        return WebhookDelivery.Outcome.IGNORED, "refused: " + "; ".join(exc.messages)
+    except Exception as exc:
+        logger.exception("webhook delivery %s failed", delivery.delivery_id)
+        return WebhookDelivery.Outcome.FAILED, f"{type(exc).__name__}: {exc}"
+
+
+def deliveries_left_behind() -> bool:
+    """Deliveries stored but not processed for a minute (a lost nudge): the reconciler drains."""
     cutoff = timezone.now() - timedelta(minutes=1)
-    return list(
-        WebhookDelivery.objects.filter(processed_at__isnull=True, received_at__lt=cutoff)
-        .order_by("received_at")
-        .values_list("pk", flat=True)[:500]
-    )
+    return WebhookDelivery.objects.filter(
+        outcome=WebhookDelivery.Outcome.PENDING, received_at__lt=cutoff
+    ).exists()
 
 
 def _ignored(detail: str) -> Result:
@@ -188,7 +269,8 @@ def _applied(detail: str) -> Result:
     return WebhookDelivery.Outcome.APPLIED, detail
 
 
-def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
+def _triage(event: str, action: str, payload: dict[str, Any]) -> Result | None:
+    """The outcome of a delivery the payload alone settles; None when it needs the database."""
     if event == "ping":
         return _applied("pong")
     if event not in {"issues", "issue_comment"}:
@@ -202,6 +284,11 @@ def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
     sender = (payload.get("sender") or {}).get("login", "")
     if settings.GITHUB_BOT_LOGIN and sender.lower() == settings.GITHUB_BOT_LOGIN.lower():
         return _ignored("the site's own write")
+    return None
+
+
+def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
+    """Apply an ``issues`` or ``issue_comment`` delivery that passed ``_triage``."""
     issue = payload.get("issue") or {}
     if event == "issue_comment":
         return _comment_event(action, issue, payload.get("comment") or {})

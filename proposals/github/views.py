@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 
+import orjson
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
@@ -50,12 +50,18 @@ def webhook(request: HttpRequest) -> HttpResponse:
             {"detail": "X-GitHub-Delivery and X-GitHub-Event are required."}, status=400
         )
     try:
-        payload = json.loads(body)
-    except ValueError:
-        return JsonResponse({"detail": "The body is not JSON."}, status=400)
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:  # also what is not UTF-8, or has lone surrogates
+        return JsonResponse({"detail": "The body is not JSON in UTF-8."}, status=400)
     if not isinstance(payload, dict):
         return JsonResponse({"detail": "The body is not a JSON object."}, status=400)
-    created = delivery_store(delivery_id=delivery_id, event=event, payload=payload)
+    action = payload.get("action")
+    created = delivery_store(
+        delivery_id=delivery_id,
+        event=event,
+        action=action if isinstance(action, str) else "",
+        body=body.decode(),
+    )
     return JsonResponse({"delivery": delivery_id, "duplicate": not created}, status=202)
 
 
