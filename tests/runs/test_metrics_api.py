@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import metrics, queue
@@ -116,6 +117,23 @@ def test_integer_values_and_times_are_taken(api: APIClient, running: tuple[Run, 
     assert post(api, run, token, "metrics/", body).status_code == 200
     point = MetricPoint.objects.get(run=run)
     assert (point.value, point.time.timestamp()) == (3.0, 1_800_000_000)
+
+
+def test_a_batch_mixing_given_and_missing_times_keeps_each(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    run, token = running
+    before = timezone.now()
+    points = [
+        {"key": "a", "step": 0, "value": 1.5, "time": 1_800_000_000.25},
+        {"key": "a", "step": 1, "value": 2.5},  # stamped on arrival
+        {"key": "b/c", "step": 2**40, "value": -7},
+    ]
+    assert post(api, run, token, "metrics/", {"points": points}).status_code == 200
+    stored = {(p.key, p.step): p for p in MetricPoint.objects.filter(run=run)}
+    assert stored["a", 0].time.timestamp() == 1_800_000_000.25
+    assert abs((stored["a", 1].time - before).total_seconds()) < 60  # the (test) transaction's now
+    assert (stored["b/c", 2**40].value, stored["a", 1].value) == (-7.0, 2.5)
 
 
 def test_portable_path_matches(running: tuple[Run, str]) -> None:
