@@ -28,8 +28,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 from django.conf import settings
 from django.core.cache import cache
@@ -42,7 +43,7 @@ from marin_site.errors import DomainError
 from runs import series
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 
-METRIC_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,199}$")
+METRIC_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,199}\Z")  # \Z: no trailing newline
 MAX_STEP = 2**62
 EARLIEST, LATEST = 946_684_800.0, 4_102_444_800.0  # 2000-01-01 .. 2100-01-01, unix seconds
 MAX_ERRORS = 20
@@ -82,8 +83,47 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
+class _Point(msgspec.Struct):
+    key: Annotated[str, msgspec.Meta(pattern=METRIC_KEY.pattern)]
+    step: Annotated[int, msgspec.Meta(ge=0, lt=MAX_STEP)]
+    value: float
+    time: Annotated[float, msgspec.Meta(ge=EARLIEST, le=LATEST)] | None = None
+
+
+class _Batch(msgspec.Struct):
+    points: list[_Point]
+
+
+_batch_decoder = msgspec.json.Decoder(_Batch)
+
+
 def points_parse_body(*, body: bytes) -> PointBatch:
-    """Parse and check a raw request body (see ``points_parse``)."""
+    """Parse and check a raw request body (see ``points_parse``).
+
+    A well-formed batch, nearly every one, is decoded and checked in one pass by msgspec,
+    several times faster than a Python loop over the points (bench/ingest.py). Anything it
+    refuses, or a value it cannot vouch for (a huge integer, an overflow to infinity), goes
+    through ``points_parse``, which has the last word and says what is wrong, point by point.
+    """
+    try:
+        points = _batch_decoder.decode(body).points
+    except msgspec.MsgspecError:
+        return _points_parse_slowly(body)
+    cap = settings.RUNS_METRICS_MAX_POINTS
+    if len(points) > cap:
+        raise BatchTooLarge(f"A batch holds at most {cap} points; this one has {len(points)}.")
+    values = [p.value for p in points]
+    if values and (not math.isfinite(sum(values)) or max(map(abs, values)) >= 2.0**63):
+        return _points_parse_slowly(body)  # an overflow, or what may be an integer past int64
+    keys = [p.key for p in points]
+    steps = [p.step for p in points]
+    times = [p.time for p in points]
+    if len(set(zip(keys, steps, strict=True))) != len(keys):
+        return _last_of_repeats(keys, steps, values, times)
+    return PointBatch(keys, steps, values, times)
+
+
+def _points_parse_slowly(body: bytes) -> PointBatch:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -263,23 +303,28 @@ ON CONFLICT (run_id, key) DO UPDATE SET
 """  # noqa: S608
 
 
-def _array_literal(items: Iterator[str] | list[str]) -> str:
-    return "{" + ",".join(items) + "}"
+def _array_literal(items: list[Any]) -> str:
+    """A PostgreSQL array literal of numbers, NULLs or metric keys, written by orjson.
+
+    JSON's ``[1.5,null,"a/b"]`` is the array literal ``{1.5,null,"a/b"}``: PostgreSQL reads
+    ``null`` as NULL, orjson writes floats that read back exactly, and a metric key (its
+    pattern allows no quote, backslash, comma, brace or space) is quoted the same way in both.
+    """
+    return "{" + orjson.dumps(items)[1:-1].decode() + "}"
 
 
 def _ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
     """Returns how many keys had points inserted or changed.
 
-    The arrays are sent as literals built here: keys are quoted (their pattern allows no
-    quote, backslash, comma or brace), ``repr`` of a float reads back exactly."""
+    The arrays are sent as literals (``_array_literal``), which Django's client-side binding
+    quotes into the statement: cheaper on both sides than binding Python lists, which
+    psycopg types element by element."""
     times = batch.times
     params: list[str | int] = [
-        '{"' + '","'.join(batch.keys) + '"}',
-        _array_literal(map(str, batch.steps)),
-        _array_literal(map(repr, batch.values)),
-        "{}"
-        if all(t is None for t in times)
-        else _array_literal(["NULL" if t is None else repr(t) for t in times]),
+        _array_literal(batch.keys),
+        _array_literal(batch.steps),
+        _array_literal(batch.values),
+        "{}" if all(t is None for t in times) else _array_literal(times),
         run_id,
         run_id,
     ]
