@@ -134,21 +134,23 @@ def test_the_delivery_is_processed_by_the_celery_task_after_commit(
     assert (delivery.outcome, delivery.detail) == ("applied", "pong")
 
 
-def test_a_burst_of_deliveries_costs_one_nudge_with_a_shared_cache(
-    webhook_settings: Any,
-    settings: Any,
-    client: Any,
-    monkeypatch: Any,
-    django_capture_on_commit_callbacks: Any,
-) -> None:
-    from django.core.cache import cache
-
+@pytest.fixture
+def nudges(webhook_settings: Any, settings: Any, monkeypatch: Any) -> list[int]:
+    """A shared cache (as with Redis in production); each drain message sent is recorded."""
     from proposals import tasks
 
     settings.SHARED_CACHE = True
-    cache.clear()
     sent: list[int] = []
     monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1))
+    return sent
+
+
+def test_a_burst_of_deliveries_costs_one_nudge_with_a_shared_cache(
+    nudges: list[int], client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from proposals import tasks
+
+    sent = nudges
     with django_capture_on_commit_callbacks(execute=True):
         for n in range(5):
             assert post_delivery(client, "ping", {"zen": f"z{n}"}).status_code == 202
@@ -171,21 +173,13 @@ def test_a_burst_of_deliveries_costs_one_nudge_with_a_shared_cache(
 
 
 def test_a_delivery_stored_while_the_drain_lets_go_is_not_left_behind(
-    webhook_settings: Any,
-    settings: Any,
-    client: Any,
-    monkeypatch: Any,
-    django_capture_on_commit_callbacks: Any,
+    nudges: list[int], client: Any, monkeypatch: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     """The race the last look closes: stored (its nudge refused) just before the flag goes."""
     from django.core.cache import cache
 
-    from proposals import tasks
     from proposals.github import services
 
-    settings.SHARED_CACHE = True
-    cache.clear()
-    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", lambda **kw: None)
     real_drain_pending = services._drain_pending
     passes: list[int] = []
 
@@ -206,22 +200,15 @@ def test_a_delivery_stored_while_the_drain_lets_go_is_not_left_behind(
 
 
 def test_a_process_that_just_saw_the_flag_held_does_not_ask_again(
-    webhook_settings: Any,
-    settings: Any,
-    client: Any,
-    monkeypatch: Any,
-    django_capture_on_commit_callbacks: Any,
+    nudges: list[int], client: Any, monkeypatch: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     """The nudge memo skips Redis, and the drain's last look still finds what it skipped."""
     from django.core.cache import cache
 
-    from proposals import tasks
     from proposals.github import services
 
-    settings.SHARED_CACHE = True
     monkeypatch.setattr(services, "DRAIN_NUDGE_MEMO_SECONDS", 30.0)  # no race with the clock
-    sent: list[int] = []
-    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1))
+    sent = nudges
     cache.set(services.DRAIN_NUDGED, 1)  # a drain holds the flag
     adds: list[str] = []
     real_add = cache.add
