@@ -212,9 +212,12 @@ def test_a_process_that_just_saw_the_flag_held_does_not_ask_again(
     cache.set(services.DRAIN_NUDGED, 1)  # a drain holds the flag
     adds: list[str] = []
     real_add = cache.add
-    monkeypatch.setattr(
-        cache, "add", lambda key, *a, **kw: adds.append(key) or real_add(key, *a, **kw)
-    )
+
+    def add(key: str, *args: Any, **kwargs: Any) -> bool:
+        adds.append(key)
+        return real_add(key, *args, **kwargs)
+
+    monkeypatch.setattr(cache, "add", add)
     with django_capture_on_commit_callbacks(execute=True):
         post_delivery(client, "ping", {"zen": "first"})  # asks, finds it held
         post_delivery(client, "ping", {"zen": "second"})  # does not ask again
