@@ -192,6 +192,22 @@ def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> N
         ('{"points": [{"key": "a", "step": 1, "value": 1e999}]}', "infinity"),
         ({"points": [{"key": "a", "step": 1, "value": 1}, 5]}, "points[1]"),
         ({"values": []}, "points"),
+        ({"points": [{"key": "a\n", "step": 1, "value": 1}]}, "points[0]: key"),
+        ({"points": [{"key": "a", "step": 1, "value": 2**63}]}, "points[0]: value"),
+        ({"points": [{"key": "a", "step": 2**62, "value": 1}]}, "points[0]: step"),
+        (
+            {
+                "points": [
+                    {"key": "a", "step": 1, "value": 1e308},
+                    {"key": "b", "step": 1, "value": 1e308},
+                    {"key": "c", "step": 1, "value": -1e308},
+                    {"key": "d", "step": 1, "value": "x"},
+                ]
+            },
+            "points[3]: value",
+        ),
+        ({"points": {"key": "a"}}, "points"),
+        ([1, 2], "points"),
     ],
 )
 def test_malformed_points_are_refused(
@@ -202,6 +218,34 @@ def test_malformed_points_are_refused(
     assert response.status_code == 400
     assert fragment in response.content.decode()
     assert MetricPoint.objects.count() == 0
+
+
+def test_values_a_fast_check_cannot_vouch_for_are_judged_point_by_point(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    """Large finite values whose sum overflows, and integers just inside int64, are taken."""
+    run, token = running
+    points = [
+        {"key": "a", "step": 0, "value": 1.5e308},
+        {"key": "a", "step": 1, "value": 1.5e308},
+        {"key": "b", "step": 0, "value": 2**63 - 1},
+        {"key": "b", "step": 1, "value": -(2**63)},
+        {"key": "c", "step": 0, "value": 1e30},
+    ]
+    assert post(api, run, token, "metrics/", {"points": points}).status_code == 200
+    stored = {
+        (key, step): value
+        for key, step, value in MetricPoint.objects.filter(run=run).values_list(
+            "key", "step", "value"
+        )
+    }
+    assert stored == {
+        ("a", 0): 1.5e308,
+        ("a", 1): 1.5e308,
+        ("b", 0): float(2**63 - 1),
+        ("b", 1): float(-(2**63)),
+        ("c", 0): 1e30,
+    }
 
 
 def test_batch_over_the_point_cap_is_413(api: APIClient, running: tuple[Run, str]) -> None:
