@@ -28,9 +28,8 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Any
 
-import msgspec
 import orjson
 from django.conf import settings
 from django.core.cache import cache
@@ -83,47 +82,8 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-class _Point(msgspec.Struct):
-    key: Annotated[str, msgspec.Meta(pattern=METRIC_KEY.pattern)]
-    step: Annotated[int, msgspec.Meta(ge=0, lt=MAX_STEP)]
-    value: float
-    time: Annotated[float, msgspec.Meta(ge=EARLIEST, le=LATEST)] | None = None
-
-
-class _Batch(msgspec.Struct):
-    points: list[_Point]
-
-
-_batch_decoder = msgspec.json.Decoder(_Batch)
-
-
 def points_parse_body(*, body: bytes) -> PointBatch:
-    """Parse and check a raw request body (see ``points_parse``).
-
-    A well-formed batch, nearly every one, is decoded and checked in one pass by msgspec,
-    several times faster than a Python loop over the points (bench/ingest.py). Anything it
-    refuses, or a value it cannot vouch for (a huge integer, an overflow to infinity), goes
-    through ``points_parse``, which has the last word and says what is wrong, point by point.
-    """
-    try:
-        points = _batch_decoder.decode(body).points
-    except msgspec.MsgspecError:
-        return _points_parse_slowly(body)
-    cap = settings.RUNS_METRICS_MAX_POINTS
-    if len(points) > cap:
-        raise BatchTooLarge(f"A batch holds at most {cap} points; this one has {len(points)}.")
-    values = [p.value for p in points]
-    if values and (not math.isfinite(sum(values)) or max(map(abs, values)) >= 2.0**63):
-        return _points_parse_slowly(body)  # an overflow, or what may be an integer past int64
-    keys = [p.key for p in points]
-    steps = [p.step for p in points]
-    times = [p.time for p in points]
-    if len(set(zip(keys, steps, strict=True))) != len(keys):
-        return _last_of_repeats(keys, steps, values, times)
-    return PointBatch(keys, steps, values, times)
-
-
-def _points_parse_slowly(body: bytes) -> PointBatch:
+    """Parse and check a raw request body (see ``points_parse``)."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
