@@ -152,13 +152,14 @@ def test_tiny_recipe_runs_on_ray_and_a_job_stopped_behind_our_back_crashes(
     settings.RAY_ADDRESS = ray_address
     settings.RUNS_API_URL = f"{live_server.url}/api/v1/"
     settings.RUNS_WORK_DIR = tmp_path / "runs"
-    plan = frozen_plan(
-        recipe, "axes:\n  weight_decay: [0.1]\n", baseline={"steps": 10, "width": 32}
-    )
+    # The run stopped behind our back trains for long enough to be stopped mid-way (ten
+    # steps can finish before the stop lands); the other trains ten steps to the end.
+    plan = frozen_plan(recipe, "axes:\n  steps: [5000]\n", baseline={"steps": 10, "width": 32})
     services.plan_launch(plan_id=plan.pk, executor="ray")  # eager: expands and dispatches
     runs = list(Run.objects.filter(plan=plan).order_by("pk"))
     assert [run.state for run in runs] == [RunState.RUNNING, RunState.RUNNING]
-    trained, stopped = runs
+    trained, stopped = sorted(runs, key=lambda run: run.config["steps"])
+    assert (trained.config["steps"], stopped.config["steps"]) == (10, 5000)
     executor = RayExecutor(address=ray_address)
     wait_for(lambda: executor.poll(stopped.external_id).state == JobState.RUNNING, timeout=60)
     executor.cancel(stopped.external_id)  # someone stops the job in Ray, not through us
