@@ -188,9 +188,10 @@ def _drain_pending(batch: int) -> int:
     """Process what is pending now, in batches.
 
     A batch is one transaction: its rows are locked together (rows another worker holds are
-    skipped, not waited for), each delivery runs in its own savepoint so one failure stays
-    its own, and the outcomes are written with one UPDATE per distinct outcome. Rows are read a few at a time,
-    so large payloads (up to 25 MB each) never sit in memory together.
+    skipped, not waited for), each delivery that needs the database runs in its own
+    savepoint so one failure stays its own, and the outcomes are written with one UPDATE per
+    distinct outcome. Rows are read a few at a time, so large payloads (up to 25 MB each)
+    never sit in memory together.
     """
     done = 0
     while True:
