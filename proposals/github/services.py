@@ -217,20 +217,6 @@ def _drain_pending(batch: int) -> int:
             return done
 
 
-def delivery_process(*, delivery_id: int) -> str:
-    """Process one stored delivery, once; the outcome and why are stored on it."""
-    with transaction.atomic():
-        delivery = WebhookDelivery.objects.select_for_update().filter(pk=delivery_id).first()
-        if delivery is None or delivery.processed_at is not None:
-            return ""
-        outcome, detail = _delivery_outcome(delivery)
-        delivery.outcome = outcome
-        delivery.detail = detail[:10_000]
-        delivery.processed_at = timezone.now()
-        delivery.save(update_fields=["outcome", "detail", "processed_at"])
-        return outcome
-
-
 def _delivery_outcome(delivery: WebhookDelivery) -> Result:
     """Apply one delivery: what it did, or why not. Never raises.
 

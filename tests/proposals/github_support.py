@@ -20,7 +20,7 @@ from django.test import Client
 
 from proposals.github.fake import FakeGitHub
 from proposals.github.outbox import outbox_drain
-from proposals.github.services import delivery_process
+from proposals.github.services import deliveries_drain
 from proposals.models import GitHubOutbox, OutboxState, WebhookDelivery
 
 SECRET = "webhook-test-secret"
@@ -82,8 +82,14 @@ def post_delivery(
 
 def process_deliveries() -> list[str]:
     """Run what the Celery task runs, for every stored and unprocessed delivery."""
-    pending = WebhookDelivery.objects.filter(processed_at__isnull=True).order_by("id")
-    return [delivery_process(delivery_id=pk) for pk in pending.values_list("pk", flat=True)]
+    pending = list(
+        WebhookDelivery.objects.filter(processed_at__isnull=True)
+        .order_by("received_at", "id")
+        .values_list("pk", flat=True)
+    )
+    deliveries_drain()
+    outcomes = dict(WebhookDelivery.objects.filter(pk__in=pending).values_list("pk", "outcome"))
+    return [outcomes[pk] for pk in pending]
 
 
 def drain(timeout: float = 20.0) -> None:
