@@ -337,12 +337,15 @@ def run_table_build(
 
 
 def plan_run_table(*, plan: Plan, sort: str = "", group: str = "") -> RunTable:
+    # The launch before the runs: each query sees what was committed when it started, so an
+    # expansion committing in between must not read as "expanded, and no runs" (not live,
+    # and the page would stop polling before its runs appear).
+    launch = PlanLaunch.objects.filter(plan_id=plan.pk).first()
     runs = list(
         Run.objects.filter(plan_id=plan.pk)
         .select_related("entry")
         .order_by("entry__index", "sequence")
     )
-    launch = PlanLaunch.objects.filter(plan_id=plan.pk).first()
     return run_table_build(runs=runs, plan=plan, launch=launch, sort=sort, group=group)
 
 
