@@ -31,15 +31,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
+import psycopg
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Max, Min
 from django.utils import timezone
+from psycopg.types.numeric import Int8
 
 from marin_site.errors import DomainError
-from runs import series
+from runs import pg_arrays, series
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 
 METRIC_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,199}\Z")  # \Z: no trailing newline
@@ -219,82 +221,146 @@ def metrics_ingest(*, run: Run, batch: PointBatch) -> int:
 POINTS_TABLE = MetricPoint._meta.db_table
 SUMMARY_TABLE = MetricSummary._meta.db_table
 
-# One statement, one round trip: the batch travels as four array literals and the points
-# reach the summaries in the same statement. The fast form is a plain INSERT: a fresh batch,
-# the usual case, pays no ON CONFLICT (speculative insertion costs a third more). A batch
-# that meets a stored point fails whole on the primary key and goes again in the upsert
-# form, where only inserted or changed points reach the summaries (``xmax = 0`` tells an
-# inserted row from an updated one). Points go in (key, step) order, so two writers of one
-# run take their row locks in the same order.
-INGEST_BATCH = """
-WITH batch AS (
-    SELECT key, step, value, COALESCE(to_timestamp(at), now()) AS time
-    FROM unnest(%s::text[], %s::bigint[], %s::double precision[], %s::double precision[])
-        AS b(key, step, value, at)
-    ORDER BY key, step
-)"""
-INGEST_INSERT = f"""{INGEST_BATCH}, written AS (
-    INSERT INTO {POINTS_TABLE} AS p (run_id, key, step, value, time)
-    SELECT %s, key, step, value, time FROM batch
-    RETURNING p.key, p.step, p.value, true AS inserted
-)"""  # noqa: S608  (table names are ours; every value is a parameter)
-INGEST_UPSERT = f"""{INGEST_BATCH}, written AS (
-    INSERT INTO {POINTS_TABLE} AS p (run_id, key, step, value, time)
-    SELECT %s, key, step, value, time FROM batch
-    ON CONFLICT (run_id, key, step) DO UPDATE
-        SET value = EXCLUDED.value, time = EXCLUDED.time
-        WHERE p.value <> EXCLUDED.value
-    RETURNING p.key, p.step, p.value, p.xmax = 0 AS inserted
-)"""  # noqa: S608
-INGEST_SUMMARIES = f"""
-INSERT INTO {SUMMARY_TABLE} AS s (run_id, key, last, min, max, step, count, stale_from)
-SELECT %s, key, (array_agg(value ORDER BY step DESC))[1], min(value), max(value), max(step),
-    count(*) FILTER (WHERE inserted), min(step)
-FROM written
-GROUP BY key
-ORDER BY key
+# One statement, one round trip. The batch travels as binary arrays (``runs.pg_arrays``),
+# already in (key, step) order, so two writers of one run take their row locks in the same
+# order, and PostgreSQL neither parses nor sorts it.
+#
+# The fast form, for a fresh batch (the usual case): a plain INSERT of the points (no
+# ON CONFLICT: speculative insertion costs a third more), with the per-key summaries folded
+# in Python and upserted in the same statement. A batch that meets a stored point fails
+# whole on the primary key and goes again in the upsert form, where only inserted or changed
+# points reach the summaries, folded in SQL (``xmax = 0`` tells an inserted row from an
+# updated one).
+_BATCH = """
+    SELECT %(run)s, key, step, value, COALESCE(to_timestamp(at), now())
+    FROM unnest(%(keys)s::text[], %(steps)s::bigint[], %(values)s::double precision[],
+        %(times)s::double precision[]) AS b(key, step, value, at)"""
+_SUMMARY_UPSERT = """
 ON CONFLICT (run_id, key) DO UPDATE SET
     last = CASE WHEN EXCLUDED.step >= s.step THEN EXCLUDED.last ELSE s.last END,
     step = GREATEST(s.step, EXCLUDED.step),
     min = LEAST(s.min, EXCLUDED.min),
     max = GREATEST(s.max, EXCLUDED.max),
     count = s.count + EXCLUDED.count,
-    stale_from = LEAST(s.stale_from, EXCLUDED.stale_from)
-"""  # noqa: S608
+    stale_from = LEAST(s.stale_from, EXCLUDED.stale_from)"""
+INGEST_FRESH = f"""
+WITH points AS (
+    INSERT INTO {POINTS_TABLE} (run_id, key, step, value, time){_BATCH}
+)
+INSERT INTO {SUMMARY_TABLE} AS s (run_id, key, last, min, max, step, count, stale_from)
+SELECT %(run)s, * FROM unnest(%(fold_keys)s::text[], %(fold_last)s::double precision[],
+    %(fold_min)s::double precision[], %(fold_max)s::double precision[],
+    %(fold_step)s::bigint[], %(fold_count)s::bigint[], %(fold_first)s::bigint[])
+{_SUMMARY_UPSERT}"""  # noqa: S608  (table names are ours; every value is a parameter)
+INGEST_UPSERT = f"""
+WITH written AS (
+    INSERT INTO {POINTS_TABLE} AS p (run_id, key, step, value, time){_BATCH}
+    ON CONFLICT (run_id, key, step) DO UPDATE
+        SET value = EXCLUDED.value, time = EXCLUDED.time
+        WHERE p.value <> EXCLUDED.value
+    RETURNING p.key, p.step, p.value, p.xmax = 0 AS inserted
+)
+INSERT INTO {SUMMARY_TABLE} AS s (run_id, key, last, min, max, step, count, stale_from)
+SELECT %(run)s, key, (array_agg(value ORDER BY step DESC))[1], min(value), max(value),
+    max(step), count(*) FILTER (WHERE inserted), min(step)
+FROM written
+GROUP BY key
+ORDER BY key
+{_SUMMARY_UPSERT}"""  # noqa: S608
 
 
-def _array_literal(items: list[Any]) -> str:
-    """A PostgreSQL array literal of numbers, NULLs or metric keys, written by orjson.
+@dataclass(frozen=True, slots=True)
+class KeyFold:
+    """One key's share of a batch: what its summary takes from it."""
 
-    JSON's ``[1.5,null,"a/b"]`` is the array literal ``{1.5,null,"a/b"}``: PostgreSQL reads
-    ``null`` as NULL, orjson writes floats that read back exactly, and a metric key (its
-    pattern allows no quote, backslash, comma, brace or space) is quoted the same way in both.
-    """
-    return "{" + orjson.dumps(items)[1:-1].decode() + "}"
+    key: str
+    last: float  # the value at ``step``
+    min: float
+    max: float
+    step: int  # the highest step
+    count: int
+    first: int  # the lowest step
+
+
+def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]:
+    """The batch in (key, step) order, and one KeyFold per key. Points of one key usually
+    come in step order already; only a key whose steps do not is sorted."""
+    keys, steps, values = batch.keys, batch.steps, batch.values
+    by_key: dict[str, list[int]] = {}
+    for index, key in enumerate(keys):
+        group = by_key.get(key)
+        if group is None:
+            by_key[key] = [index]
+        else:
+            group.append(index)
+    order: list[int] = []
+    folds: list[KeyFold] = []
+    for key in sorted(by_key):
+        group = by_key[key]
+        group_steps = [steps[i] for i in group]
+        if group_steps != sorted(group_steps):
+            group.sort(key=steps.__getitem__)
+            group_steps = [steps[i] for i in group]
+        group_values = [values[i] for i in group]
+        folds.append(
+            KeyFold(
+                key=key,
+                last=group_values[-1],
+                min=min(group_values),
+                max=max(group_values),
+                step=group_steps[-1],
+                count=len(group),
+                first=group_steps[0],
+            )
+        )
+        order.extend(group)
+    times = batch.times
+    ordered = PointBatch(
+        [keys[i] for i in order],
+        [steps[i] for i in order],
+        [values[i] for i in order],
+        [times[i] for i in order],
+    )
+    return ordered, folds
 
 
 def _ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
-    """Returns how many keys had points inserted or changed.
-
-    The arrays are sent as literals (``_array_literal``), which Django's client-side binding
-    quotes into the statement: cheaper on both sides than binding Python lists, which
-    psycopg types element by element."""
-    times = batch.times
-    params: list[str | int] = [
-        _array_literal(batch.keys),
-        _array_literal(batch.steps),
-        _array_literal(batch.values),
-        "{}" if all(t is None for t in times) else _array_literal(times),
-        run_id,
-        run_id,
-    ]
-    with connection.cursor() as cursor:
+    """Returns how many keys had points inserted or changed."""
+    ordered, folds = points_order_and_fold(batch)
+    times = ordered.times
+    params: dict[str, Any] = {
+        "run": Int8(run_id),
+        "keys": pg_arrays.text_array(ordered.keys),
+        "steps": pg_arrays.int8_array(ordered.steps),
+        "values": pg_arrays.float8_array(ordered.values),
+        "times": pg_arrays.float8_array([] if all(t is None for t in times) else times),
+        "fold_keys": pg_arrays.text_array([f.key for f in folds]),
+        "fold_last": pg_arrays.float8_array([f.last for f in folds]),
+        "fold_min": pg_arrays.float8_array([f.min for f in folds]),
+        "fold_max": pg_arrays.float8_array([f.max for f in folds]),
+        "fold_step": pg_arrays.int8_array([f.step for f in folds]),
+        "fold_count": pg_arrays.int8_array([f.count for f in folds]),
+        "fold_first": pg_arrays.int8_array([f.first for f in folds]),
+    }
+    with _binding_cursor() as cursor:
         try:
             with transaction.atomic():
-                cursor.execute(INGEST_INSERT + INGEST_SUMMARIES, params)
+                cursor.execute(INGEST_FRESH, params)
+            return len(folds)
         except IntegrityError:  # some point is stored already: a resent or overlapping batch
-            cursor.execute(INGEST_UPSERT + INGEST_SUMMARIES, params)
-        return int(cursor.rowcount)
+            cursor.execute(INGEST_UPSERT, params)
+            return int(cursor.rowcount)
+
+
+def _binding_cursor() -> Any:
+    """A Django cursor over a psycopg cursor that binds parameters on the server (Django's
+    own binds on the client, which would turn the packed arrays back into text)."""
+    connection.ensure_connection()
+    raw: Any = psycopg.Cursor(connection.connection)  # Django's wrappers take any DB-API cursor
+    pg_arrays.register(raw)
+    if connection.queries_logged:
+        return connection.make_debug_cursor(raw)
+    return connection.make_cursor(raw)
 
 
 @transaction.atomic

@@ -136,6 +136,52 @@ def test_a_batch_mixing_given_and_missing_times_keeps_each(
     assert (stored["b/c", 2**40].value, stored["a", 1].value) == (-7.0, 2.5)
 
 
+def test_points_out_of_order_are_stored_and_summarised(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    """Keys interleaved and steps backwards: every point is kept, and ``last`` is the value
+    of the highest step, not of the last point sent."""
+    run, token = running
+    points = [
+        {"key": key, "step": step, "value": float(10 * step + n)}
+        for step in (5, 3, 9, 0)
+        for n, key in enumerate(("b", "a"))
+    ]
+    assert post(api, run, token, "metrics/", {"points": points}).json() == {"stored": 8}
+    stored = {
+        (k, s): v
+        for k, s, v in MetricPoint.objects.filter(run=run).values_list("key", "step", "value")
+    }
+    assert stored == {(p["key"], p["step"]): p["value"] for p in points}
+    a = MetricSummary.objects.get(run=run, key="a")
+    assert (a.last, a.step, a.min, a.max, a.count, a.stale_from) == (91.0, 9, 1.0, 91.0, 4, 0)
+    later = [{"key": "a", "step": 7, "value": -1.0}, {"key": "a", "step": 12, "value": 4.0}]
+    assert post(api, run, token, "metrics/", {"points": later}).status_code == 200
+    a.refresh_from_db()
+    assert (a.last, a.step, a.min, a.count) == (4.0, 12, -1.0, 6)
+
+
+def test_order_and_fold() -> None:
+    batch = metrics.PointBatch(
+        ["b", "a", "b", "a", "a"],
+        [2, 7, 1, 3, 5],
+        [2.0, 7.0, 1.0, 3.0, -5.0],
+        [None, 1.8e9, None, None, None],
+    )
+    ordered, folds = metrics.points_order_and_fold(batch)
+    assert list(zip(ordered.keys, ordered.steps, ordered.values, ordered.times, strict=True)) == [
+        ("a", 3, 3.0, None),
+        ("a", 5, -5.0, None),
+        ("a", 7, 7.0, 1.8e9),
+        ("b", 1, 1.0, None),
+        ("b", 2, 2.0, None),
+    ]
+    assert folds == [
+        metrics.KeyFold(key="a", last=7.0, min=-5.0, max=7.0, step=7, count=3, first=3),
+        metrics.KeyFold(key="b", last=2.0, min=1.0, max=2.0, step=2, count=2, first=1),
+    ]
+
+
 def test_portable_path_matches(running: tuple[Run, str]) -> None:
     """SQLite's path (the embedded default), run here on PostgreSQL: same results."""
     run, _ = running
