@@ -98,7 +98,7 @@ def _runner_run(request: Request, run_id: int) -> Run:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise NotAuthenticated("Send the run's token: 'Authorization: Bearer <token>'.")
-    run = Run.objects.filter(pk=run_id).only("pk", "state", "token_hash").first()
+    run = selectors.runner_run(run_id=run_id)
     if run is None or not queue.run_token_matches(run=run, token=token.strip()):
         raise PermissionDenied("This token does not belong to this run.")
     return run

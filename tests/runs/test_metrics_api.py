@@ -218,6 +218,20 @@ def test_token_of_another_run_is_refused(api: APIClient, recipe: Any) -> None:
     assert MetricPoint.objects.count() == 0
 
 
+def test_a_run_id_beyond_bigint_is_refused_not_an_error(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    _, token = running
+    for path in ("metrics/", "heartbeat/"):
+        response = api.post(
+            f"/api/v1/runs/{2**64}/{path}",
+            data=json.dumps(batch("a", range(1))),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
+        assert response.status_code == 403, response.content
+
+
 def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> None:
     run, _ = running
     response = api.post(f"/api/v1/runs/{run.pk}/metrics/", batch("a", range(1)), format="json")
