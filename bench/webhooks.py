@@ -5,7 +5,8 @@
     .venv/bin/python bench/webhooks.py --rate 50 --duration 5 --database sqlite
 
 Steps: create the database if missing (PostgreSQL, default ``h_github_bench``) and migrate,
-start gunicorn (DEBUG=0) and a Celery worker on Redis, then send deliveries open-loop at
+start gunicorn (DEBUG=0) and a Celery worker on Redis, warm both up (--warm-up seconds of
+deliveries, sent and drained, not counted), then send deliveries open-loop at
 --rate per second for --duration seconds (the real octokit payloads round-robin, each with
 a new X-GitHub-Delivery and a valid X-Hub-Signature-256) from a pool of keep-alive
 connections. Every acknowledgement's latency is kept; after the last one the script polls
@@ -370,6 +371,12 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
     parser.add_argument("--rate", type=float, default=200)
     parser.add_argument("--duration", type=float, default=30)
     parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument(
+        "--warm-up",
+        type=float,
+        default=3,
+        help="seconds of deliveries sent and drained before the measured runs (0: none)",
+    )
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
     parser.add_argument(
         "--worker-nice",
@@ -441,6 +448,13 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
             processes.append(start_worker(args, env, port))
         wait_for(port)
         warm_up(port, count=args.workers * 8)
+        if args.warm_up > 0 and not args.worker_after_send:
+            # Steady state, as a server that has been up a while: the worker's first drains
+            # import, compile and connect while the first measured second would be sent.
+            log(f"warm-up: {args.warm_up:g} s at {args.rate:g}/s, not counted")
+            warm = f"warm-{uuid.uuid4().hex[:8]}"
+            _, _, warm_total = send_all(port, args.rate, args.warm_up, args.clients, warm)
+            drain_wait(env, warm, warm_total, args.drain_timeout)
         for attempt in range(args.repeat):
             run = f"bench-{uuid.uuid4().hex[:8]}"
             log(
