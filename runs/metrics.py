@@ -31,7 +31,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 import orjson
-import psycopg
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
@@ -40,6 +39,7 @@ from django.db.models import Max, Min
 from django.utils import timezone
 from psycopg.types.numeric import Int8
 
+from marin_site.db import server_binding_cursor
 from marin_site.errors import DomainError
 from runs import pg_arrays, series
 from runs.models import MetricPoint, MetricSummary, Run, RunState
@@ -342,7 +342,8 @@ def _ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
         "fold_count": pg_arrays.int8_array([f.count for f in folds]),
         "fold_first": pg_arrays.int8_array([f.first for f in folds]),
     }
-    with _binding_cursor() as cursor:
+    with server_binding_cursor() as cursor:
+        pg_arrays.register(cursor.cursor)
         try:
             with transaction.atomic():
                 cursor.execute(INGEST_FRESH, params)
@@ -350,17 +351,6 @@ def _ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
         except IntegrityError:  # some point is stored already: a resent or overlapping batch
             cursor.execute(INGEST_UPSERT, params)
             return int(cursor.rowcount)
-
-
-def _binding_cursor() -> Any:
-    """A Django cursor over a psycopg cursor that binds parameters on the server (Django's
-    own binds on the client, which would turn the packed arrays back into text)."""
-    connection.ensure_connection()
-    raw: Any = psycopg.Cursor(connection.connection)  # Django's wrappers take any DB-API cursor
-    pg_arrays.register(raw)
-    if connection.queries_logged:
-        return connection.make_debug_cursor(raw)
-    return connection.make_cursor(raw)
 
 
 @transaction.atomic
