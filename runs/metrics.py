@@ -7,9 +7,10 @@ poisoned by one. A run that diverges says so with its final status (``failed``, 
 step where the loss stopped being finite in the message).
 
 The write path is built for speed (bench/ingest.py): the body is parsed with orjson and
-checked in one loop into four columns, with no object per point. On PostgreSQL one
-statement upserts the points and folds the changed ones into the per-key summaries; a
-point resent with the same value is not written again, so a resent batch changes nothing.
+checked in one loop into four columns, with no object per point, then ordered by (key,
+step) and folded per key in Python. On PostgreSQL one statement, its arrays sent in
+binary, writes the points and their summaries; a point resent with the same value is not
+written again, so a resent batch changes nothing.
 Points are keyed by (run, key, step), which is also the table's primary key. Each written
 key is marked stale from its lowest written step, and ``runs.series`` refreshes the
 downsampled series that charts read, a few seconds later.
