@@ -14,8 +14,10 @@ def server_binding_cursor() -> Any:
 
     Django's own cursor quotes every parameter into the statement text on the client. For
     the hot writes that is the slow way: a webhook body is escaped and then parsed back as a
-    literal, and the metrics ingest's binary arrays would be turned back into text.
-    PostgreSQL only."""
+    literal, and the metrics ingest's binary arrays would be turned back into text. On any
+    other database this is Django's own cursor (SQLite binds parameters itself)."""
+    if connection.vendor != "postgresql":
+        return connection.cursor()
     connection.ensure_connection()
     raw: Any = psycopg.Cursor(connection.connection)  # Django's wrappers take any DB-API cursor
     if connection.queries_logged:

@@ -94,9 +94,7 @@ def delivery_store(*, delivery_id: str, event: str, action: str, body: str) -> b
     if "\\u0000" in body:  # JSON allows NUL in strings; PostgreSQL's jsonb and text do not
         body = body.replace("\\u0000", "\\ufffd")
     table = connection.ops.quote_name(WebhookDelivery._meta.db_table)
-    # On PostgreSQL the body travels as a parameter, not escaped into the statement.
-    binding = connection.vendor == "postgresql"
-    with server_binding_cursor() if binding else connection.cursor() as cursor:
+    with server_binding_cursor() as cursor:  # the body as a parameter, not in the statement
         cursor.execute(
             f"INSERT INTO {table} "  # noqa: S608  (the table name is ours; values are parameters)
             "(delivery_id, event, action, payload, received_at, outcome, detail) "
