@@ -43,6 +43,7 @@ PAYLOADS = ROOT.parent / "shared" / "fixtures" / "github" / "webhooks"
 SECRET = "bench-webhook-secret"
 HOST = "127.0.0.1"
 SECTION = "## webhooks (bench/webhooks.py)"
+CPU_PARTS = ("server", "worker", "PostgreSQL", "client")
 
 
 def log(message: str) -> None:
@@ -270,6 +271,7 @@ class Run:
     stored: int
     processed: int
     drain: float
+    cpu: dict[str, float]  # ms of CPU a delivery, by part, while sending
 
     @property
     def ok(self) -> int:
@@ -301,6 +303,35 @@ def cpu_share(before: list[int], after: list[int]) -> tuple[float, float]:
     total = sum(delta) or 1
     busy = delta[0] + delta[1] + delta[2] + delta[5] + delta[6]
     return 100 * busy / total, 100 * delta[7] / total
+
+
+def session_cpu() -> dict[int, int]:
+    """CPU clock ticks used so far by each session: its live processes and the children they
+    reaped (a PostgreSQL backend that exits moves its time to the postmaster's)."""
+    ticks: dict[int, int] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # gone since the listing
+            continue
+        fields = text.rpartition(")")[2].split()
+        # after the name: state ppid pgrp session ... utime stime cutime cstime
+        session, used = int(fields[3]), sum(int(x) for x in fields[11:15])
+        if "(postgres)" in text[: text.rfind(")") + 1]:
+            session = -1  # every PostgreSQL process, backends and writers
+        ticks[session] = ticks.get(session, 0) + used
+    return ticks
+
+
+def cpu_per_delivery(
+    before: dict[int, int], after: dict[int, int], sessions: dict[str, int], total: int
+) -> dict[str, float]:
+    """Milliseconds of CPU a delivery, by part (a session id each; -1 is PostgreSQL)."""
+    tick_ms = 1000 / os.sysconf("SC_CLK_TCK")
+    return {
+        name: (after.get(sid, 0) - before.get(sid, 0)) * tick_ms / max(total, 1)
+        for name, sid in sessions.items()
+    }
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -366,6 +397,47 @@ def start_worker(
     )
 
 
+def server_command(args: argparse.Namespace, port: int) -> list[str]:
+    if args.server == "granian":
+        return [
+            str(VENV / "granian"),
+            "--interface",
+            "wsgi",
+            "marin_site.wsgi:application",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--workers",
+            str(args.workers),
+            "--blocking-threads",
+            str(args.threads),
+            "--no-ws",
+            "--log-level",
+            "warning",
+        ]
+    return [
+        str(VENV / "gunicorn"),
+        "marin_site.wsgi",
+        "-b",
+        f"{HOST}:{port}",
+        "-w",
+        str(args.workers),
+        "-k",
+        args.worker_class,
+        *(["--threads", str(args.threads)] if args.worker_class == "gthread" else []),
+        "--log-level",
+        "warning",
+    ]
+
+
+def server_label(args: argparse.Namespace) -> str:
+    if args.server == "granian":
+        return f"granian WSGI, {args.workers} workers x {args.threads} threads"
+    threads = f" x {args.threads} threads" if args.worker_class == "gthread" else ""
+    return f"gunicorn {args.workers} {args.worker_class} workers{threads}"
+
+
 def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=200)
@@ -377,7 +449,11 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
         default=3,
         help="seconds of deliveries sent and drained before the measured runs (0: none)",
     )
-    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    parser.add_argument("--server", default="gunicorn", choices=["gunicorn", "granian"])
+    parser.add_argument("--workers", type=int, default=3, help="server worker processes")
+    parser.add_argument(
+        "--threads", type=int, default=4, help="threads a worker (gthread, granian)"
+    )
     parser.add_argument(
         "--worker-nice",
         type=int,
@@ -425,24 +501,7 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
     rows: list[Run] = []
     try:
         processes.append(
-            subprocess.Popen(
-                [
-                    str(VENV / "gunicorn"),
-                    "marin_site.wsgi",
-                    "-b",
-                    f"{HOST}:{port}",
-                    "-w",
-                    str(args.workers),
-                    "-k",
-                    args.worker_class,
-                    *(["--threads", "4"] if args.worker_class == "gthread" else []),
-                    "--log-level",
-                    "warning",
-                ],
-                cwd=ROOT,
-                env=env,
-                start_new_session=True,
-            )
+            subprocess.Popen(server_command(args, port), cwd=ROOT, env=env, start_new_session=True)
         )
         if not args.worker_after_send:
             processes.append(start_worker(args, env, port))
@@ -461,16 +520,31 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
                 f"run {attempt + 1}: {int(args.rate * args.duration)} deliveries at {args.rate:g}/s"
             )
             began = time.monotonic()
-            cpu_before = cpu_times()
+            cpu_before, parts_before = cpu_times(), session_cpu()
             latencies, statuses, total = send_all(port, args.rate, args.duration, args.clients, run)
             sent_for = time.monotonic() - began
             busy, stolen = cpu_share(cpu_before, cpu_times())
+            sessions = {"server": processes[0].pid, "PostgreSQL": -1, "client": os.getsid(0)}
+            if not args.worker_after_send:
+                sessions["worker"] = processes[1].pid
+            cpu = cpu_per_delivery(parts_before, session_cpu(), sessions, total)
             if args.worker_after_send:
                 processes.append(start_worker(args, env, port))
             log("waiting for the queue to drain")
             stored, processed, drain = drain_wait(env, run, total, args.drain_timeout)
             rows.append(
-                Run(latencies, statuses, total, sent_for, busy, stolen, stored, processed, drain)
+                Run(
+                    latencies,
+                    statuses,
+                    total,
+                    sent_for,
+                    busy,
+                    stolen,
+                    stored,
+                    processed,
+                    drain,
+                    cpu,
+                )
             )
     finally:
         for process in processes:
@@ -487,13 +561,14 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} CPUs; "
         f"{database}; Celery on Redis ({args.celery_concurrency} processes, niceness "
-        f"{args.worker_nice}); gunicorn {args.workers} {args.worker_class} workers; DEBUG=0; "
+        f"{args.worker_nice}); {server_label(args)}; DEBUG=0; "
         f"the {len(deliveries())} octokit payloads round-robin, signed; {args.repeat} run(s) "
         "one after the other against the same processes.",
         "",
         "| run | sent | 2xx | stored | processed | ack p50 | ack p99 | ack max "
-        "| drain after last ack | CPU busy / stolen |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| drain after last ack | CPU busy / stolen | CPU a delivery: server, worker, "
+        "PostgreSQL, client |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for number, row in enumerate(rows, 1):
         lines.append(
@@ -501,7 +576,9 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
             f"{', worker started after' if args.worker_after_send else ''} | {row.total} | "
             f"{row.ok} | {row.stored} | {row.processed} | {row.p50:.1f} ms | {row.p99:.1f} ms | "
             f"{max(row.latencies):.1f} ms | {row.drain:.1f} s | {row.busy:.0f} % / "
-            f"{row.stolen:.0f} % |"
+            f"{row.stolen:.0f} % | "
+            + ", ".join(f"{row.cpu.get(part, 0):.2f}" for part in CPU_PARTS)
+            + " ms |"
         )
     met = sum(row.p99 < 20 and row.whole for row in rows)
     lines += [

@@ -330,7 +330,10 @@ class WebhookDelivery(models.Model):
     delivery_id = models.CharField(max_length=100, unique=True)
     event = models.CharField(max_length=50)
     action = models.CharField(max_length=50, blank=True)
-    payload = models.JSONField()
+    # The JSON body exactly as GitHub signed it (a NUL escape aside: ``delivery_store``), so
+    # the signature can still be checked; stored as text, not jsonb: PostgreSQL copies it
+    # instead of parsing it on the webhook's path, and the drain parses it once.
+    body = models.TextField()
     received_at = models.DateTimeField(auto_now_add=True, db_index=True)
     processed_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=10, choices=Outcome.choices, default=Outcome.PENDING)

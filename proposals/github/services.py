@@ -12,8 +12,10 @@ import re
 import time
 from collections import defaultdict
 from datetime import datetime, timedelta
+from itertools import islice
 from typing import Any
 
+import orjson
 from allauth.socialaccount.models import SocialAccount
 from django.conf import settings
 from django.contrib.auth.models import Group, User
@@ -89,15 +91,16 @@ def delivery_store(*, delivery_id: str, event: str, action: str, body: str) -> b
 
     This is the webhook's whole synchronous work, so it is one statement: the unique delivery
     id does the dedupe (``ON CONFLICT DO NOTHING``, no exception and no savepoint), and the
-    body goes in as the JSON text GitHub signed, parsed by the database, not re-encoded here.
+    body goes in as the JSON text GitHub signed, neither re-encoded here nor parsed by the
+    database (the drain parses it).
     """
-    if "\\u0000" in body:  # JSON allows NUL in strings; PostgreSQL's jsonb and text do not
+    if "\\u0000" in body:  # JSON allows NUL in strings; PostgreSQL's text, where they end, does not
         body = body.replace("\\u0000", "\\ufffd")
     table = connection.ops.quote_name(WebhookDelivery._meta.db_table)
     with server_binding_cursor() as cursor:  # the body as a parameter, not in the statement
         cursor.execute(
             f"INSERT INTO {table} "  # noqa: S608  (the table name is ours; values are parameters)
-            "(delivery_id, event, action, payload, received_at, outcome, detail) "
+            "(delivery_id, event, action, body, received_at, outcome, detail) "
             "VALUES (%s, %s, %s, %s, %s, %s, '') ON CONFLICT (delivery_id) DO NOTHING RETURNING id",
             [
                 delivery_id[:100],
@@ -118,6 +121,7 @@ DRAIN_NUDGED = "github:deliveries:nudged"
 DRAIN_NUDGE_SECONDS = 30
 DRAIN_LINGER_SECONDS = 0.25
 DRAIN_NUDGE_MEMO_SECONDS = 0.1
+DRAIN_CHUNK = 10  # deliveries read from the database at a time
 
 
 class _NudgeMemo:
@@ -191,8 +195,9 @@ def _drain_pending(batch: int) -> int:
     A batch is one transaction: its rows are locked together (rows another worker holds are
     skipped, not waited for), each delivery that needs the database runs in its own
     savepoint so one failure stays its own, and the outcomes are written with one UPDATE per
-    distinct outcome. Rows are read a few at a time, so large payloads (up to 25 MB each)
-    never sit in memory together.
+    distinct outcome. Rows are read DRAIN_CHUNK at a time, so large payloads (up to 25 MB
+    each) never sit in memory together, and which of a chunk's issues are linked to a
+    proposal is asked once for the chunk.
     """
     done = 0
     while True:
@@ -201,12 +206,17 @@ def _drain_pending(batch: int) -> int:
                 WebhookDelivery.objects.filter(outcome=WebhookDelivery.Outcome.PENDING)
                 .order_by("received_at", "pk")
                 .select_for_update(skip_locked=True)
-                .only("pk", "delivery_id", "event", "action", "payload")[:batch]
+                .only("pk", "delivery_id", "event", "action", "body")[:batch]
             )
             outcomes: dict[Result, list[int]] = defaultdict(list)
-            for delivery in pending.iterator(chunk_size=10):
-                outcome, detail = _delivery_outcome(delivery)
-                outcomes[outcome, detail[:10_000]].append(delivery.pk)
+            rows = pending.iterator(chunk_size=DRAIN_CHUNK)
+            while chunk := list(islice(rows, DRAIN_CHUNK)):
+                payloads = [_payload(delivery.body) for delivery in chunk]
+                linked = _linked_numbers(payloads)
+                for delivery, payload in zip(chunk, payloads, strict=True):
+                    outcome, detail = _delivery_outcome(delivery, payload, linked)
+                    outcomes[outcome, detail[:10_000]].append(delivery.pk)
+                del chunk, payloads  # before the next chunk is read
             processed_at = timezone.now()
             for (outcome, detail), ids in outcomes.items():  # most deliveries share a few
                 WebhookDelivery.objects.filter(pk__in=ids).update(
@@ -218,18 +228,56 @@ def _drain_pending(batch: int) -> int:
             return done
 
 
-def _delivery_outcome(delivery: WebhookDelivery) -> Result:
+def _payload(body: str) -> dict[str, Any] | None:
+    """The delivery's JSON object; None if it is not one (the webhook stores only objects)."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    return payload if isinstance(payload, dict) else None
+
+
+def _issue_number(payload: dict[str, Any] | None) -> int | None:
+    issue = payload.get("issue") if payload is not None else None
+    number = issue.get("number") if isinstance(issue, dict) else None
+    return number if isinstance(number, int) else None
+
+
+def _linked_numbers(payloads: list[dict[str, Any] | None]) -> set[int]:
+    """Which of the issues these payloads are about are linked to a proposal: one query."""
+    numbers = {n for n in map(_issue_number, payloads) if n is not None}
+    if not numbers:
+        return set()
+    linked = Proposal.objects.filter(github_issue_number__in=numbers).order_by()
+    return {n for n in linked.values_list("github_issue_number", flat=True) if n is not None}
+
+
+def _delivery_outcome(
+    delivery: WebhookDelivery, payload: dict[str, Any] | None, linked: set[int]
+) -> Result:
     """Apply one delivery: what it did, or why not. Never raises.
 
-    Most deliveries are settled from the payload alone (a ping, an event the site does not
-    follow, another repository); only the rest enter a savepoint and the database, so a
-    failure undoes that delivery's writes and nothing else.
+    Most deliveries are settled without writing: from the payload alone (a ping, an event
+    the site does not follow, another repository, a pull request), or because their issue
+    is in no proposal's ``linked`` number set (asked once for the drain's chunk) and they do
+    not open one. Only the rest enter a savepoint, so a failure undoes that delivery's
+    writes and nothing else. A delivery that takes that path adds its issue to ``linked``:
+    what it did (opening a proposal, say) is seen by the chunk's later deliveries, which
+    look the proposal up again.
     """
-    event, action, payload = delivery.event, delivery.action, delivery.payload
+    event, action = delivery.event, delivery.action
+    if payload is None:
+        return _ignored("the body is not a JSON object")
     try:
         settled = _triage(event, action, payload)
         if settled is not None:
             return settled
+        issue = payload["issue"]  # an object with an integer number: _triage checked
+        if issue["number"] not in linked:
+            settled = _unlinked_outcome(event, action, issue)
+            if settled is not None:
+                return settled
+        linked.add(issue["number"])
         with transaction.atomic():
             return _dispatch(event, action, payload)
     except DomainError as exc:
@@ -266,6 +314,11 @@ def _triage(event: str, action: str, payload: dict[str, Any]) -> Result | None:
     problem = payload_problem(event, payload)
     if problem:
         return _ignored(f"malformed {event} payload: {problem}")
+    issue = payload["issue"]  # payload_problem checked it is there, with a number
+    if not isinstance(issue["number"], int) or issue.get("pull_request"):  # 1.0 passes the schema
+        if event == "issue_comment":
+            return _ignored("a comment on a pull request is not a proposal comment")
+        return _ignored("not an issue")
     repository = (payload.get("repository") or {}).get("full_name", "")
     if settings.GITHUB_REPOSITORY and repository.lower() != settings.GITHUB_REPOSITORY.lower():
         return _ignored(f"repository {repository} is not {settings.GITHUB_REPOSITORY}")
@@ -277,10 +330,34 @@ def _triage(event: str, action: str, payload: dict[str, Any]) -> Result | None:
 
 def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
     """Apply an ``issues`` or ``issue_comment`` delivery that passed ``_triage``."""
-    issue = payload.get("issue") or {}
+    issue = payload["issue"]
+    proposal = _linked_proposal(issue["number"])
+    if proposal is None:
+        settled = _unlinked_outcome(event, action, issue)
+        if settled is not None:
+            return settled
+        created = proposal_from_issue(issue=issue)
+        return _applied(f"proposal {created.pk} created ({created.state})")
     if event == "issue_comment":
-        return _comment_event(action, issue, payload.get("comment") or {})
-    return _issue_event(action, issue, payload)
+        return _comment_event(action, proposal, payload.get("comment") or {})
+    return _issue_event(action, proposal, issue, payload)
+
+
+OPENING_ACTIONS = {"opened", "labeled", "edited", "reopened"}
+
+
+def _unlinked_outcome(event: str, action: str, issue: dict[str, Any]) -> Result | None:
+    """What a delivery about an issue linked to no proposal comes to; None when it opens one.
+
+    Reads only the payload, so the drain settles most deliveries with it and no query.
+    """
+    if event == "issue_comment":
+        return _ignored("the issue is not linked to a proposal")
+    if outbox.is_own_text(issue.get("body")):
+        return _ignored("an issue the site opened")  # its link may not be stored yet
+    if action in OPENING_ACTIONS and is_experiment(_issue_labels(issue)):
+        return None
+    return _ignored("not an experiment issue")
 
 
 # Issues.
@@ -401,29 +478,15 @@ def proposal_apply_issue_edit(
 
 
 def _linked_proposal(number: int) -> Proposal | None:
-    """The proposal linked to issue ``number``, if any.
-
-    Most deliveries are about issues that are no proposal's, and under load a drain settles
-    a few hundred a second (bench/webhooks.py): ``exists()`` answers those for a third of the
-    CPU of loading a Proposal (43 columns) through the ORM. The issue number is unique."""
-    linked = Proposal.objects.filter(github_issue_number=number).order_by()
-    return next(iter(linked), None) if linked.exists() else None
+    """The proposal linked to issue ``number``, if any (the issue number is unique)."""
+    return Proposal.objects.filter(github_issue_number=number).order_by().first()
 
 
-def _issue_event(action: str, issue: dict[str, Any], payload: dict[str, Any]) -> Result:
-    number = issue.get("number")
-    if not isinstance(number, int) or issue.get("pull_request"):
-        return _ignored("not an issue")
-    proposal = _linked_proposal(number)
-    if proposal is None:
-        if outbox.is_own_text(issue.get("body")):
-            return _ignored("an issue the site opened")  # its link may not be stored yet
-        if action in {"opened", "labeled", "edited", "reopened"} and is_experiment(
-            _issue_labels(issue)
-        ):
-            created = proposal_from_issue(issue=issue)
-            return _applied(f"proposal {created.pk} created ({created.state})")
-        return _ignored("not an experiment issue")
+def _issue_event(
+    action: str, proposal: Proposal, issue: dict[str, Any], payload: dict[str, Any]
+) -> Result:
+    """An ``issues`` delivery about the issue linked to ``proposal``."""
+    number = issue["number"]
     sender = payload.get("sender") or {}
     if action == "edited":
         return proposal_apply_issue_edit(proposal=proposal, issue=issue, sender=sender)
@@ -456,12 +519,8 @@ def _issue_event(action: str, issue: dict[str, Any], payload: dict[str, Any]) ->
 # Comments.
 
 
-def _comment_event(action: str, issue: dict[str, Any], comment: dict[str, Any]) -> Result:
-    if issue.get("pull_request"):
-        return _ignored("a comment on a pull request is not a proposal comment")
-    proposal = _linked_proposal(issue["number"])  # an integer: payload_problem checked it
-    if proposal is None:
-        return _ignored("the issue is not linked to a proposal")
+def _comment_event(action: str, proposal: Proposal, comment: dict[str, Any]) -> Result:
+    """An ``issue_comment`` delivery on the issue linked to ``proposal``."""
     comment_id = comment.get("id")
     body = comment.get("body") or ""
     if not isinstance(comment_id, int):

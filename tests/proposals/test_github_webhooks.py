@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 
 from marin_site.celery import app as celery_app
 from proposals.models import Comment, Event, Proposal, WebhookDelivery
@@ -490,14 +491,17 @@ def test_acknowledging_a_delivery_is_one_statement(
     assert (response.json()["duplicate"], again.json()["duplicate"]) == (False, True)
 
 
-def test_the_body_is_stored_as_signed_and_read_back_as_json(
+def test_the_body_is_stored_as_signed_and_its_signature_still_checks(
     webhook_settings: Any, client: Any
 ) -> None:
     payload = json.loads((WEBHOOKS / "issues" / "opened.json").read_bytes())
-    body = json.dumps(payload, indent=1).encode()
+    payload["issue"]["title"] = "Caf\u00e9 \u2615 routing"
+    body = json.dumps(payload, indent=1, ensure_ascii=False).encode()  # raw UTF-8, not escapes
     assert post_delivery(client, "issues", body, delivery_id="as-signed").status_code == 202
     stored = WebhookDelivery.objects.get(delivery_id="as-signed")
-    assert stored.payload == payload
+    assert stored.body.encode() == body  # byte for byte: indentation, key order, escapes
+    assert sign(stored.body.encode()) == sign(body)
+    assert json.loads(stored.body) == payload
     assert (stored.event, stored.action, stored.outcome) == ("issues", "opened", "pending")
 
 
@@ -506,7 +510,7 @@ def test_a_nul_character_in_a_payload_is_stored_as_a_replacement_character(
 ) -> None:
     body = b'{"action": "created", "zen": "a\\u0000b"}'
     assert post_delivery(client, "ping", body, delivery_id="nul").status_code == 202
-    assert WebhookDelivery.objects.get(delivery_id="nul").payload["zen"] == "a\ufffdb"
+    assert json.loads(WebhookDelivery.objects.get(delivery_id="nul").body)["zen"] == "a\ufffdb"
 
 
 @pytest.mark.parametrize(
@@ -552,6 +556,56 @@ def test_the_drain_works_in_batches_oldest_first_and_a_failure_stays_its_own(
     assert WebhookDelivery.objects.get(delivery_id="b-3").detail == "RuntimeError: boom"
     assert not User.objects.filter(username="half-done").exists()
     assert services.deliveries_drain() == (0, False)  # processed once
+
+
+def _drain_queries(count: int, client: Any) -> list[str]:
+    """The statements of a drain of ``count`` deliveries about issues linked to no proposal."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from proposals.github import services
+
+    for n in range(count):
+        number = 5000 + n
+        if n % 2:
+            body = comment_delivery("created", number=number, comment_id=n, body="hi", login="a")
+            post_delivery(client, "issue_comment", body, delivery_id=f"c-{n}")
+        else:
+            issue = issue_payload(number=number, title="t", body="b", labels=["bug"])
+            post_delivery(client, "issues", issues_delivery("opened", issue), delivery_id=f"i-{n}")
+    with CaptureQueriesContext(connection) as captured:
+        assert services.deliveries_drain(batch=50) == (count, False)
+    assert set(WebhookDelivery.objects.values_list("outcome", flat=True)) == {"ignored"}
+    return [query["sql"] for query in captured.captured_queries]
+
+
+def test_unlinked_deliveries_cost_one_lookup_a_chunk_not_queries_each(
+    webhook_settings: Any, client: Any
+) -> None:
+    from proposals.github.services import DRAIN_CHUNK
+
+    few = _drain_queries(DRAIN_CHUNK, client)
+    WebhookDelivery.objects.all().delete()
+    many = _drain_queries(4 * DRAIN_CHUNK, client)
+    lookups = [sql for sql in many if "github_issue_number" in sql]
+    assert len(lookups) == 4  # one per chunk of DRAIN_CHUNK
+    assert len(many) == len(few) + 3  # 30 more deliveries: only their 3 chunks' lookups more
+
+
+def test_a_comment_on_a_linked_issue_among_unlinked_ones_is_stored(
+    webhook_settings: Any, client: Any, recipe: Any
+) -> None:
+    issue = issue_payload(number=77, title="Routing", body=EXPERIMENT_BODY)
+    post_delivery(client, "issues", issues_delivery("opened", issue))
+    process_deliveries()
+    for n in range(12):  # the linked issue's comment lands in the middle of the second chunk
+        number = 77 if n == 5 else 6000 + n
+        body = comment_delivery("created", number=number, comment_id=700 + n, body="c", login="b")
+        post_delivery(client, "issue_comment", body, delivery_id=f"m-{n}")
+    assert process_deliveries() == ["ignored"] * 5 + ["applied"] + ["ignored"] * 6
+    assert list(
+        Comment.objects.filter(github_comment_id__gte=700).values_list("body", flat=True)
+    ) == ["c"]
 
 
 def test_the_reconciler_drains_deliveries_a_lost_nudge_left_behind(
@@ -631,3 +685,18 @@ def test_a_payload_with_a_number_for_a_login_names_it(webhook_settings: Any, cli
     assert process_deliveries() == ["ignored"]
     detail = WebhookDelivery.objects.get().detail
     assert detail.startswith("malformed issues payload: issue.user.login:")
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="column compression is PostgreSQL's")
+def test_bodies_are_compressed_with_lz4_where_postgresql_has_it() -> None:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 'lz4' = ANY(enumvals) FROM pg_settings WHERE name = 'default_toast_compression'"
+        )
+        has_lz4 = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT attcompression FROM pg_attribute WHERE attrelid = "
+            "'proposals_webhookdelivery'::regclass AND attname = 'body'"
+        )
+        compression = cursor.fetchone()[0]
+    assert compression == ("l" if has_lz4 else "")
