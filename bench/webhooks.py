@@ -398,24 +398,6 @@ def start_worker(
 
 
 def server_command(args: argparse.Namespace, port: int) -> list[str]:
-    if args.server == "granian":
-        return [
-            str(VENV / "granian"),
-            "--interface",
-            "wsgi",
-            "marin_site.wsgi:application",
-            "--host",
-            HOST,
-            "--port",
-            str(port),
-            "--workers",
-            str(args.workers),
-            "--blocking-threads",
-            str(args.threads),
-            "--no-ws",
-            "--log-level",
-            "warning",
-        ]
     return [
         str(VENV / "gunicorn"),
         "marin_site.wsgi",
@@ -432,8 +414,6 @@ def server_command(args: argparse.Namespace, port: int) -> list[str]:
 
 
 def server_label(args: argparse.Namespace) -> str:
-    if args.server == "granian":
-        return f"granian WSGI, {args.workers} workers x {args.threads} threads"
     threads = f" x {args.threads} threads" if args.worker_class == "gthread" else ""
     return f"gunicorn {args.workers} {args.worker_class} workers{threads}"
 
@@ -449,11 +429,8 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
         default=3,
         help="seconds of deliveries sent and drained before the measured runs (0: none)",
     )
-    parser.add_argument("--server", default="gunicorn", choices=["gunicorn", "granian"])
-    parser.add_argument("--workers", type=int, default=3, help="server worker processes")
-    parser.add_argument(
-        "--threads", type=int, default=4, help="threads a worker (gthread, granian)"
-    )
+    parser.add_argument("--workers", type=int, default=3, help="gunicorn workers")
+    parser.add_argument("--threads", type=int, default=4, help="threads a gunicorn gthread worker")
     parser.add_argument(
         "--worker-nice",
         type=int,
