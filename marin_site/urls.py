@@ -7,12 +7,13 @@ from runs import views as run_views
 from runs.urls import result_urlpatterns
 
 urlpatterns = [
+    # First: GitHub's webhook is the busiest path, and Django tries the patterns in order.
+    path("github/", include("proposals.github.urls")),
     path("", include("proposals.urls")),
     path("recipes/", include("runs.urls")),
     path("runs/<int:pk>/", run_views.run_detail, name="run-page"),
     path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
     path("healthz", views.healthz, name="healthz"),
-    path("github/", include("proposals.github.urls")),
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("marin_site.api_urls")),
