@@ -289,12 +289,18 @@ def test_a_lost_nudge_does_not_block_the_next_one(
     assert WebhookDelivery.objects.filter(outcome="pending").count() == 2
 
 
+def _opened_experiment_issue(client: Any, *, number: int) -> dict[str, Any]:
+    """An experiment issue opened on GitHub and processed: a proposal linked to ``number``."""
+    issue = issue_payload(number=number, title="Routing", body=EXPERIMENT_BODY)
+    post_delivery(client, "issues", issues_delivery("opened", issue))
+    process_deliveries()
+    return issue
+
+
 def test_an_older_edit_never_overwrites_a_newer_one(
     github_on: Any, client: Any, recipe: Any
 ) -> None:
-    issue = issue_payload(number=7, title="Routing", body=EXPERIMENT_BODY)
-    post_delivery(client, "issues", issues_delivery("opened", issue))
-    process_deliveries()
+    issue = _opened_experiment_issue(client, number=7)
     newer = dict(issue, body=EXPERIMENT_BODY.replace("It helps.", "It helps a lot."))
     newer["updated_at"] = "2026-01-03T00:00:00Z"
     older = dict(issue, body=EXPERIMENT_BODY.replace("It helps.", "It helps a bit."))
@@ -595,9 +601,7 @@ def test_unlinked_deliveries_cost_one_lookup_a_chunk_not_queries_each(
 def test_a_comment_on_a_linked_issue_among_unlinked_ones_is_stored(
     webhook_settings: Any, client: Any, recipe: Any
 ) -> None:
-    issue = issue_payload(number=77, title="Routing", body=EXPERIMENT_BODY)
-    post_delivery(client, "issues", issues_delivery("opened", issue))
-    process_deliveries()
+    _opened_experiment_issue(client, number=77)
     for n in range(12):  # the linked issue's comment lands in the middle of the second chunk
         number = 77 if n == 5 else 6000 + n
         body = comment_delivery("created", number=number, comment_id=700 + n, body="c", login="b")
