@@ -121,13 +121,16 @@ DRAIN_NUDGED = "github:deliveries:nudged"
 DRAIN_NUDGE_SECONDS = 30
 DRAIN_LINGER_SECONDS = 0.25
 DRAIN_NUDGE_MEMO_SECONDS = 0.1
+NUDGE_RETRY_SECONDS = 10  # after a failed publish, this process leaves the broker alone
 DRAIN_CHUNK = 10  # deliveries read from the database at a time
 
 
 class _NudgeMemo:
-    """When this process last saw the flag held (time.monotonic), shared by its threads."""
+    """When this process last saw the flag held, and last failed to publish a nudge
+    (time.monotonic), shared by its threads."""
 
     seen_at = float("-inf")
+    failed_at = float("-inf")
 
 
 _memo = _NudgeMemo()
@@ -143,12 +146,20 @@ def deliveries_nudge() -> None:
     DRAIN_NUDGE_MEMO_SECONDS ago does not even ask Redis again; the drain waits that long
     after letting go before its last look, so such a delivery is still found. If a nudge
     is lost anyway, the flag expires and the reconciler finds what is left.
+
+    A publish that fails (the broker down) takes the broker's connection timeouts, some
+    seconds, inside the acknowledgement. So a process whose publish failed does not try
+    again for NUDGE_RETRY_SECONDS: the deliveries stored meanwhile cannot reach a worker
+    anyway, and the next nudge after that, or the reconciler, drains them all. It lets go
+    of the shared flag, so other processes are not held back by its failure.
     """
     from proposals import tasks
 
+    now = time.monotonic()  # before asking: the flag was held at some point after this
+    if now - _memo.failed_at < NUDGE_RETRY_SECONDS:
+        return
     shared = settings.SHARED_CACHE
     if shared:
-        now = time.monotonic()  # before asking: the flag was held at some point after this
         if now - _memo.seen_at < DRAIN_NUDGE_MEMO_SECONDS:
             return
         _memo.seen_at = now
@@ -157,15 +168,19 @@ def deliveries_nudge() -> None:
     try:
         tasks.github_deliveries_drain.apply_async(retry=False)
     except Exception:  # broker down: the reconciler processes them
-        logger.warning("could not enqueue the processing of webhook deliveries")
+        logger.warning(
+            "could not enqueue the processing of webhook deliveries; trying again in %s s",
+            NUDGE_RETRY_SECONDS,
+        )
+        _memo.failed_at = time.monotonic()
         if shared:
             _memo.seen_at = float("-inf")
             cache.delete(DRAIN_NUDGED)
 
 
 def nudge_memo_forget() -> None:
-    """Forget when this process last saw the flag held (tests start from a clean slate)."""
-    _memo.seen_at = float("-inf")
+    """Forget what this process saw of the flag and the broker (tests start from a clean slate)."""
+    _memo.seen_at = _memo.failed_at = float("-inf")
 
 
 def deliveries_drain(*, batch: int = 50) -> tuple[int, bool]:
