@@ -21,9 +21,10 @@ from tests.factories import ProposalFactory
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
-# Three points, one at a time on `local`: two of them wait visibly in the queue.
+# Three points. `local` starts with no free slot, so all three wait in the queue until the
+# page has shown them waiting, however fast this machine trains; then one at a time.
 SPEC = "axes:\n  capacity_factor: [1.0, 1.5, 2.0]\n"
-BASELINE = {"steps": 150, "width": 32}  # long enough that queued rows are on screen
+BASELINE = {"steps": 150, "width": 32}
 RUN_COUNT = 3
 
 WATCH_STATES = """() => {
@@ -35,6 +36,11 @@ WATCH_STATES = """() => {
     subtree: true, childList: true, attributes: true, attributeFilter: ['data-run-state'],
   });
   window.__sameDocument = 'still here';
+}"""
+
+ALL_QUEUED = """(count) => {
+  const rows = [...document.querySelectorAll('[data-run-state]')];
+  return rows.length === count && rows.every((row) => row.dataset.runState === 'queued');
 }"""
 
 ALL_FINISHED = """(count) => {
@@ -77,7 +83,7 @@ def test_maintainer_approves_and_watches_runs_finish_without_reloading(
     maintainer: Any,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    settings.RUNS_EXECUTOR_MAX_CONCURRENT = {"local": 1, "ray": 1}
+    settings.RUNS_EXECUTOR_MAX_CONCURRENT = {"local": 0, "ray": 0}  # opened below
     sign_in(page, "max")
     page.goto(submitted.get_absolute_url())
     expect(page.locator(".proposal-head .badge.state-submitted")).to_be_visible()
@@ -94,6 +100,11 @@ def test_maintainer_approves_and_watches_runs_finish_without_reloading(
     )
     screenshot = artifact_path("proposal-finished-runs.png")
     try:
+        page.wait_for_function(ALL_QUEUED, arg=RUN_COUNT, timeout=30_000, polling=200)
+        expect(page.get_by_text("is at its limit of 0 concurrent runs").first).to_be_visible(
+            timeout=15_000
+        )
+        settings.RUNS_EXECUTOR_MAX_CONCURRENT = {"local": 1, "ray": 1}  # beat dispatches
         try:
             page.wait_for_function(ALL_FINISHED, arg=RUN_COUNT, timeout=60_000, polling=200)
         except Exception:
