@@ -108,6 +108,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # SQLite serves one machine: wait for the worker's writes instead of failing.
     DATABASES["default"]["OPTIONS"] = {"timeout": 20, "transaction_mode": "IMMEDIATE"}
     DATABASES["default"]["CONN_MAX_AGE"] = 0
+    # Tests on SQLite use a file too: Django's default in-memory test database answers
+    # "table is locked" at once, without the timeout, when the live server or the worker
+    # thread writes, where the file waits as it does in production.
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-marin-site.sqlite3")}
 elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # The site's queries are short; PostgreSQL's JIT compiles the ones it costs high (the
     # search's subqueries) for longer than they take to run.
