@@ -244,7 +244,7 @@ RUNS_METRICS_RATE_PER_MINUTE = int(os.environ.get("RUNS_METRICS_RATE_PER_MINUTE"
 RUNS_RECONCILE_SECONDS = float(os.environ.get("RUNS_RECONCILE_SECONDS", "30"))
 # Charts read downsampled series (runs/series.py), refreshed this long after metrics arrive.
 RUNS_SERIES_REFRESH_SECONDS = int(os.environ.get("RUNS_SERIES_REFRESH_SECONDS", "5"))
-RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "http://127.0.0.1:8265")
+RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")  # unset: runs for `ray` wait in the queue
 RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
 CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {"task": "runs.reconcile", "schedule": RUNS_RECONCILE_SECONDS},

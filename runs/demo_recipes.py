@@ -80,6 +80,7 @@ MARIN_MOE: dict[str, Any] = {
         "parameters to the full 535B-A23B model; costs assume TPU v5p at 40% MFU."
     ),
     "command_template": "python -m marin.run --recipe moe --config {config_path}",
+    "executor": "ray",  # Marin's own trainer, on the cluster; never on the site's machine
     "default_config": {
         "learning_rate": 0.0003,
         "weight_decay": 0.1,

@@ -46,6 +46,12 @@ class Recipe(models.Model):
     scales = models.JSONField(
         default=dict, blank=True, help_text="Scale name -> config overrides (a scaling ladder)."
     )
+    executor = models.CharField(
+        max_length=32,
+        blank=True,
+        choices=[("local", "local"), ("ray", "ray")],
+        help_text="Where this recipe's runs go; blank: the site's default executor.",
+    )
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

@@ -24,7 +24,14 @@ from django.db.models import Max, Q
 from django.utils import timezone
 
 from marin_site.errors import DomainError, TransitionNotAllowed
-from runs.executors import ExecutorError, JobSpec, JobState, JobStatus, get_executor
+from runs.executors import (
+    ExecutorError,
+    JobSpec,
+    JobState,
+    JobStatus,
+    executor_unavailable,
+    get_executor,
+)
 from runs.models import (
     TERMINAL_RUN_STATES,
     FailureKind,
@@ -341,7 +348,9 @@ def runs_dispatch() -> list[int]:
         plan_limit = launch.max_concurrent_runs or settings.RUNS_PLAN_MAX_CONCURRENT
         budget = plan.budget_accelerator_hours
         spent = capacity.plan_spent.get(run.plan_id, 0.0)
-        if capacity.executor_running.get(run.executor, 0) >= executor_limit(run.executor):
+        if unavailable := executor_unavailable(run.executor):
+            reason = f"waiting: {unavailable}"
+        elif capacity.executor_running.get(run.executor, 0) >= executor_limit(run.executor):
             reason = f"waiting: executor '{run.executor}' is at its limit of {executor_limit(run.executor)} concurrent runs"
         elif capacity.plan_running.get(run.plan_id, 0) >= plan_limit:
             reason = f"waiting: the plan is at its limit of {plan_limit} concurrent runs"

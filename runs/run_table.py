@@ -182,7 +182,7 @@ def ordered_keys(keys: Iterable[str]) -> list[str]:
 
 def job_url(run: Run) -> str:
     """A link to the executor's own page of the job, where it has one (Ray's dashboard)."""
-    if run.executor == "ray" and run.external_id:
+    if run.executor == "ray" and run.external_id and settings.RAY_ADDRESS:
         return f"{settings.RAY_ADDRESS.rstrip('/')}/#/jobs/{run.external_id}"
     return ""
 

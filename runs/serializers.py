@@ -27,6 +27,7 @@ class RecipeSerializer(serializers.ModelSerializer):
             "parameter_schema",
             "compute_model",
             "scales",
+            "executor",
             "is_active",
             "created_at",
             "updated_at",

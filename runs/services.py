@@ -26,6 +26,7 @@ RECIPE_FIELDS = (
     "parameter_schema",
     "compute_model",
     "scales",
+    "executor",
     "is_active",
 )
 
@@ -178,18 +179,20 @@ def plan_launch(
     """Ask for a frozen plan to run; asking twice launches it once.
 
     ``criteria`` (metric, direction, threshold) are what the results are judged against;
-    the caller passes them because runs never read proposals. Expansion into runs and their
-    dispatch happen in Celery after this commits (and in the reconciler, if that nudge is lost).
+    the caller passes them because runs never read proposals. The runs go to ``executor``,
+    else to the recipe's, else to the site's default. Expansion into runs and their dispatch
+    happen in Celery after this commits (and in the reconciler, if that nudge is lost).
     """
     from runs.queue import _nudge
 
     with transaction.atomic():
+        recipe = Plan.objects.select_related("recipe").get(pk=plan_id).recipe
         launch, created = PlanLaunch.objects.get_or_create(
             plan_id=plan_id,
             defaults={
                 "criteria": criteria or {},
-                "command_template": Plan.objects.get(pk=plan_id).recipe.command_template,
-                "executor": executor or settings.RUNS_DEFAULT_EXECUTOR,
+                "command_template": recipe.command_template,
+                "executor": executor or recipe.executor or settings.RUNS_DEFAULT_EXECUTOR,
                 "max_concurrent_runs": max_concurrent_runs,
             },
         )

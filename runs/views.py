@@ -34,6 +34,7 @@ class RecipeForm(forms.ModelForm):
             "description",
             "command_template",
             *JSON_FIELDS,
+            "executor",
             "is_active",
         ]
         widgets = {

@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from runs.executors.base import Executor, ExecutorError, JobSpec, JobState, JobStatus
 
 
@@ -20,4 +22,23 @@ def get_executor(name: str) -> Executor:
     raise ExecutorError(f"Unknown executor '{name}'; known: local, ray.")
 
 
-__all__ = ["Executor", "ExecutorError", "JobSpec", "JobState", "JobStatus", "get_executor"]
+def executor_unavailable(name: str) -> str:
+    """Why this site cannot start runs on ``name`` now, or "" when it can.
+
+    Runs for an executor the site has not set up wait in the queue with this reason, rather
+    than fail: the ``ray`` executor needs ``RAY_ADDRESS``.
+    """
+    if name == "ray" and not settings.RAY_ADDRESS:
+        return "no Ray cluster is set up on this site (RAY_ADDRESS)"
+    return ""
+
+
+__all__ = [
+    "Executor",
+    "ExecutorError",
+    "JobSpec",
+    "JobState",
+    "JobStatus",
+    "executor_unavailable",
+    "get_executor",
+]

@@ -35,6 +35,8 @@ class RayExecutor:
     def _client(self) -> Any:
         from ray.job_submission import JobSubmissionClient
 
+        if not self.address:  # Ray would look for a cluster on this machine by itself
+            raise ExecutorError("No Ray cluster is set up on this site (RAY_ADDRESS).")
         try:
             return JobSubmissionClient(self.address)
         except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -9,6 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 from proposals.models import Outcome, Proposal, State
+from runs.models import Recipe
 
 pytestmark = pytest.mark.django_db
 
@@ -24,6 +25,11 @@ def test_seed_demo_fills_every_state_and_is_idempotent() -> None:
     users = get_user_model().objects
     assert set(users.get(username="max").groups.values_list("name", flat=True)) == {"maintainer"}
     assert users.get(username="carla").check_password("marin-demo")
+    # Marin-scale plans go to a Ray cluster; on a machine without one they wait, never fail.
+    assert dict(Recipe.objects.values_list("name", "executor")) == {
+        "tiny-moe": "",
+        "marin-moe": "ray",
+    }
     assert "carla (contributor)" in out.getvalue()
 
     count = Proposal.objects.count()

@@ -113,6 +113,18 @@ def test_maintainer_registers_a_recipe(api_as: Any, maintainer: Any) -> None:
     assert response.json()["id"] == recipe.pk
     assert recipe.created_by == maintainer
     assert recipe.scales == MARIN_MOE["scales"]
+    assert recipe.executor == "ray"
+    assert response.json()["executor"] == "ray"
+
+
+def test_recipe_with_an_unknown_executor_is_refused(api_as: Any, maintainer: Any) -> None:
+    data = marin_data() | {"executor": "kubernetes"}
+
+    response = api_as(maintainer).post(RECIPES, data, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"executor": ['"kubernetes" is not a valid choice.']}
+    assert not Recipe.objects.exists()
 
 
 def test_contributor_cannot_register_a_recipe(api_as: Any, contributor: Any) -> None:

@@ -24,7 +24,7 @@ import pytest
 from django.core.cache import cache
 
 from runs import queue, services
-from runs.executors import JobSpec, JobState
+from runs.executors import ExecutorError, JobSpec, JobState
 from runs.executors.ray import RayExecutor
 from runs.models import MetricPoint, PlanLaunch, Run, RunState
 from tests.runs.runs_helpers import (  # noqa: F401
@@ -141,6 +141,15 @@ def test_ray_failure_and_stop_are_mapped(ray_address: str, tmp_path: Path) -> No
     executor.cancel(slow.job_id)
     assert wait_for(lambda: ended(executor, slow.job_id), timeout=60) == JobState.STOPPED
     assert executor.poll("never-submitted").state == JobState.MISSING
+
+
+def test_without_ray_address_the_executor_looks_for_no_cluster(settings: Any) -> None:
+    """Ray's client would go looking for a cluster on this machine by itself."""
+    settings.RAY_ADDRESS = ""
+    executor = RayExecutor()
+    for call in (lambda: executor.poll("job-1"), lambda: executor.cancel("job-1")):
+        with pytest.raises(ExecutorError, match=r"No Ray cluster is set up on this site"):
+            call()
 
 
 @pytest.mark.django_db(transaction=True)

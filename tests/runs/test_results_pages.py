@@ -216,8 +216,9 @@ def test_partial_sorts_by_a_metric_and_groups_by_an_axis(client: Client, recipe:
 
 
 def test_partial_links_logs_and_wandb_only_when_the_run_has_them(
-    client: Client, recipe: Any
+    client: Client, recipe: Any, settings: Any
 ) -> None:
+    settings.RAY_ADDRESS = "http://ray-head.internal:8265/"
     plan = launched_plan(recipe, GRID_SPEC)
     run = _runs(plan)[1]
     Run.objects.filter(pk=run.pk).update(
@@ -227,9 +228,11 @@ def test_partial_links_logs_and_wandb_only_when_the_run_has_them(
     html = client.get(f"/plans/{plan.pk}/runs/").content.decode()
     assert f'href="/api/v1/runs/{run.pk}/logs/"' in html
     assert 'href="https://wandb.ai/marin/run/abc"' in html
-    assert "/#/jobs/4242" in html
+    assert 'href="http://ray-head.internal:8265/#/jobs/4242"' in html
     assert "javascript:" not in html
     assert html.count(">W&amp;B</a>") == 1
+    settings.RAY_ADDRESS = ""  # no cluster known: no link to a dashboard that is not there
+    assert "/#/jobs/" not in client.get(f"/plans/{plan.pk}/runs/").content.decode()
 
 
 # --- scaling ladder ------------------------------------------------------------------------

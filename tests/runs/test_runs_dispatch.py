@@ -83,6 +83,35 @@ def test_executor_limit_keeps_the_rest_queued_with_reason(
     assert "executor 'local' is at its limit of 1" in waiting.state_reason
 
 
+def test_runs_for_a_ray_cluster_the_site_lacks_wait_and_the_rest_start(
+    recipe: Any, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    settings.RAY_ADDRESS = ""
+    on_ray = with_command(launched_plan(recipe, executor="ray"), SLEEPER)
+    local = with_command(launched_plan(recipe, executor="local"), QUICK)
+
+    started = dispatch(django_capture_on_commit_callbacks)
+
+    assert sorted(started) == sorted(Run.objects.filter(plan=local).values_list("pk", flat=True))
+    waiting = list(Run.objects.filter(plan=on_ray))
+    assert len(waiting) == 2
+    for run in waiting:
+        assert run.state == RunState.QUEUED
+        assert run.external_id == ""
+        assert run.state_reason == "waiting: no Ray cluster is set up on this site (RAY_ADDRESS)"
+
+
+def test_a_plan_runs_where_its_recipe_says_unless_the_launch_says_otherwise(
+    recipe: Any, settings: Any
+) -> None:
+    settings.RUNS_DEFAULT_EXECUTOR = "local"
+    assert launched_plan(recipe).launch.executor == "local"  # the recipe names none
+    recipe.executor = "ray"
+    recipe.save()
+    assert launched_plan(recipe).launch.executor == "ray"
+    assert launched_plan(recipe, executor="local").launch.executor == "local"
+
+
 def test_a_run_ending_starts_the_next_queued_one_at_once(
     recipe: Any, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
