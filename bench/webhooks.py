@@ -10,9 +10,10 @@ deliveries, sent and drained, not counted), then send deliveries open-loop at
 --rate per second for --duration seconds (the real octokit payloads round-robin, each with
 a new X-GitHub-Delivery and a valid X-Hub-Signature-256) from a pool of keep-alive
 connections. Every acknowledgement's latency is kept; after the last one the script polls
-the database until every delivery is processed. Prints p50 / p99 / max, non-2xx, how many
-were stored (none may be lost) and the drain time; ``--record`` appends the figures to
-bench/RESULTS.md under "## webhooks (bench/webhooks.py)".
+the database until every delivery is processed. ``--neighbours N`` runs N busy loops beside
+the measured runs, as a machine busy with something else. Prints p50 / p99 / max, non-2xx,
+how many were stored (none may be lost) and the drain time; ``--record`` appends the figures
+to bench/RESULTS.md under "## webhooks (bench/webhooks.py)".
 """
 
 from __future__ import annotations
@@ -466,6 +467,12 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
     parser.add_argument(
         "--repeat", type=int, default=1, help="send this many times against the same processes"
     )
+    parser.add_argument(
+        "--neighbours",
+        type=int,
+        default=0,
+        help="busy loops (niceness 0) running beside the measured runs: a machine busy elsewhere",
+    )
     args = parser.parse_args()
     if args.worker_after_send and args.repeat != 1:
         parser.error("--worker-after-send measures one run")
@@ -491,6 +498,10 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
             warm = f"warm-{uuid.uuid4().hex[:8]}"
             _, _, warm_total = send_all(port, args.rate, args.warm_up, args.clients, warm)
             drain_wait(env, warm, warm_total, args.drain_timeout)
+        for _ in range(args.neighbours):  # own sessions: not counted in any CPU column
+            processes.append(
+                subprocess.Popen([sys.executable, "-c", "while True: pass"], start_new_session=True)
+            )
         for attempt in range(args.repeat):
             run = f"bench-{uuid.uuid4().hex[:8]}"
             log(
@@ -540,7 +551,8 @@ def main() -> int:  # noqa: PLR0915  (a script: arguments, processes, report)
         f"{database}; Celery on Redis ({args.celery_concurrency} processes, niceness "
         f"{args.worker_nice}); {server_label(args)}; DEBUG=0; "
         f"the {len(deliveries())} octokit payloads round-robin, signed; {args.repeat} run(s) "
-        "one after the other against the same processes.",
+        "one after the other against the same processes"
+        + (f"; {args.neighbours} busy loop(s) running beside them." if args.neighbours else "."),
         "",
         "| run | sent | 2xx | stored | processed | ack p50 | ack p99 | ack max "
         "| drain after last ack | CPU busy / stolen | CPU a delivery: server, worker, "
