@@ -13,6 +13,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.urls import reverse
 
+from runs.executors import EXECUTORS
 from runs.plans import RecipeSpec
 
 slug_validator = RegexValidator(
@@ -49,7 +50,7 @@ class Recipe(models.Model):
     executor = models.CharField(
         max_length=32,
         blank=True,
-        choices=[("local", "local"), ("ray", "ray")],
+        choices=[(name, name) for name in EXECUTORS],
         help_text="Where this recipe's runs go; blank: the site's default executor.",
     )
     is_active = models.BooleanField(default=True)

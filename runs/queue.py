@@ -338,6 +338,7 @@ def runs_dispatch() -> list[int]:
         .select_related("entry")
     )
     started: list[int] = []
+    unavailable: dict[str, str] = {}  # executor -> why it takes no runs now ("" if it does)
     waiting: dict[str, list[int]] = {}  # reason -> runs to say it on, one UPDATE per reason
     for run in queued:
         if run.cancel_requested_at is not None:
@@ -348,8 +349,10 @@ def runs_dispatch() -> list[int]:
         plan_limit = launch.max_concurrent_runs or settings.RUNS_PLAN_MAX_CONCURRENT
         budget = plan.budget_accelerator_hours
         spent = capacity.plan_spent.get(run.plan_id, 0.0)
-        if unavailable := executor_unavailable(run.executor):
-            reason = f"waiting: {unavailable}"
+        if run.executor not in unavailable:
+            unavailable[run.executor] = executor_unavailable(run.executor)
+        if unavailable[run.executor]:
+            reason = f"waiting: {unavailable[run.executor]}"
         elif capacity.executor_running.get(run.executor, 0) >= executor_limit(run.executor):
             reason = f"waiting: executor '{run.executor}' is at its limit of {executor_limit(run.executor)} concurrent runs"
         elif capacity.plan_running.get(run.plan_id, 0) >= plan_limit:

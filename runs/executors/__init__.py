@@ -5,9 +5,9 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-
 from runs.executors.base import Executor, ExecutorError, JobSpec, JobState, JobStatus
+
+EXECUTORS = ("local", "ray")
 
 
 def get_executor(name: str) -> Executor:
@@ -19,21 +19,20 @@ def get_executor(name: str) -> Executor:
         from runs.executors.ray import RayExecutor
 
         return RayExecutor()
-    raise ExecutorError(f"Unknown executor '{name}'; known: local, ray.")
+    raise ExecutorError(f"Unknown executor '{name}'; known: {', '.join(EXECUTORS)}.")
 
 
 def executor_unavailable(name: str) -> str:
-    """Why this site cannot start runs on ``name`` now, or "" when it can.
-
-    Runs for an executor the site has not set up wait in the queue with this reason, rather
-    than fail: the ``ray`` executor needs ``RAY_ADDRESS``.
-    """
-    if name == "ray" and not settings.RAY_ADDRESS:
-        return "no Ray cluster is set up on this site (RAY_ADDRESS)"
-    return ""
+    """Why this site cannot start runs on ``name`` now, or "" when it can: runs for an
+    executor the site has not set up (or does not know) wait in the queue with this reason."""
+    try:
+        return get_executor(name).unavailable()
+    except ExecutorError as exc:
+        return str(exc)
 
 
 __all__ = [
+    "EXECUTORS",
     "Executor",
     "ExecutorError",
     "JobSpec",

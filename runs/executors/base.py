@@ -46,6 +46,10 @@ class JobSpec:
 class Executor(Protocol):
     name: str
 
+    def unavailable(self) -> str:
+        """Why this site cannot start jobs here now (not set up), or "" when it can."""
+        ...
+
     def submit(self, job: JobSpec) -> str:
         """Start the job unless it already exists; return its external id."""
         ...

@@ -57,6 +57,9 @@ class LocalExecutor:
             grace_seconds if grace_seconds is not None else settings.RUNS_LOCAL_GRACE_SECONDS
         )
 
+    def unavailable(self) -> str:
+        return ""  # the worker's own machine
+
     def submit(self, job: JobSpec) -> str:
         workdir = job.workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)

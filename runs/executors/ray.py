@@ -32,11 +32,14 @@ class RayExecutor:
     def __init__(self, *, address: str | None = None) -> None:
         self.address = address or settings.RAY_ADDRESS
 
+    def unavailable(self) -> str:
+        return "" if self.address else "no Ray cluster is set up on this site (RAY_ADDRESS)"
+
     def _client(self) -> Any:
         from ray.job_submission import JobSubmissionClient
 
-        if not self.address:  # Ray would look for a cluster on this machine by itself
-            raise ExecutorError("No Ray cluster is set up on this site (RAY_ADDRESS).")
+        if reason := self.unavailable():  # Ray would look for a cluster on this machine itself
+            raise ExecutorError(reason)
         try:
             return JobSubmissionClient(self.address)
         except (ConnectionError, RuntimeError, ValueError) as exc:

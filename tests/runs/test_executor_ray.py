@@ -148,7 +148,7 @@ def test_without_ray_address_the_executor_looks_for_no_cluster(settings: Any) ->
     settings.RAY_ADDRESS = ""
     executor = RayExecutor()
     for call in (lambda: executor.poll("job-1"), lambda: executor.cancel("job-1")):
-        with pytest.raises(ExecutorError, match=r"No Ray cluster is set up on this site"):
+        with pytest.raises(ExecutorError, match=r"no Ray cluster is set up on this site"):
             call()
 
 
