@@ -14,7 +14,7 @@ from django.utils import timezone
 from runs.compute import FormulaError, run_cost, validate_compute_model
 from runs.models import Plan, PlanEntry, PlanLaunch, Recipe
 from runs.plans import Plan as PlanPreview
-from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok
+from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok, version_ok
 
 RECIPE_FIELDS = (
     "name",
@@ -34,6 +34,12 @@ RECIPE_FIELDS = (
 def recipe_validate(*, data: dict[str, Any]) -> None:
     """Check a recipe's schema, defaults, scales and compute model; raise ValidationError."""
     errors: dict[str, list[str]] = {}
+    if "name" in data and not slug_ok(data["name"]):
+        errors["name"] = ["must be a slug: lowercase letters, digits and '-', at most 63"]
+    if "version" in data and not version_ok(data["version"]):
+        errors["version"] = [
+            "must be letters, digits, '.', '_' or '-' (at most 32, no '/'): it is part of URLs"
+        ]
     schema = data.get("parameter_schema")
     if not isinstance(schema, dict):
         errors["parameter_schema"] = ["must be a JSON object (a JSON Schema)"]
