@@ -61,7 +61,8 @@ def _with(body: dict[str, Any], field: str, raw: str) -> str:
 
 
 def _post_raw(api: APIClient, path: str, text: str) -> Any:
-    return api.generic("POST", path, text.encode("utf-8", "surrogatepass"), "application/json")
+    body: Any = text.encode("utf-8", "surrogatepass")  # bytes as a hostile client sends them
+    return api.generic("POST", path, body, "application/json")
 
 
 @pytest.mark.parametrize("field", ["title", "hypothesis", "baseline", "ablation_spec"])
