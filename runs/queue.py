@@ -666,19 +666,30 @@ def _settle_ended(run: Run, status: JobStatus) -> Run:
     )
 
 
-def _crash_if_stale(run: Run, *, executor_cancel: Any) -> Run:
+def _is_stale(run: Run) -> bool:
     last_sign = run.heartbeat_at or run.dispatched_at or run.updated_at
-    if timezone.now() - last_sign <= timedelta(seconds=run.heartbeat_timeout_seconds):
+    return timezone.now() - last_sign > timedelta(seconds=run.heartbeat_timeout_seconds)
+
+
+def _crash_if_stale(run: Run, *, executor_cancel: Any) -> Run:
+    """Crash a running run whose heartbeat stopped. The first look is unlocked; the run is
+    then locked and looked at again, so a heartbeat that arrived meanwhile saves it."""
+    if not _is_stale(run):
         return run
-    if executor_cancel is not None:
-        executor_cancel(run.external_id)
-    return run_transition(
-        run_id=run.pk,
-        to_state=RunState.CRASHED,
-        failure_kind=FailureKind.INFRA,
-        door=Door.WORKER,
-        message=f"no heartbeat for more than {run.heartbeat_timeout_seconds} s",
-    )
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.state != RunState.RUNNING or not _is_stale(run):
+            return run
+        if executor_cancel is not None and run.external_id:
+            external_id = run.external_id
+            transaction.on_commit(lambda: executor_cancel(external_id), robust=True)
+        return run_transition(
+            run_id=run.pk,
+            to_state=RunState.CRASHED,
+            failure_kind=FailureKind.INFRA,
+            door=Door.WORKER,
+            message=f"no heartbeat for more than {run.heartbeat_timeout_seconds} s",
+        )
 
 
 def runs_reconcile() -> dict[str, int]:

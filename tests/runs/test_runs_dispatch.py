@@ -10,14 +10,20 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
 
+from marin_site.celery import app
 from runs import queue
+from runs.executors import JobState, JobStatus
 from runs.executors.local import LocalExecutor
-from runs.models import Plan, PlanLaunch, Run, RunState
+from runs.models import Plan, PlanLaunch, Run, RunEvent, RunState
+from tests.concurrency import race
 from tests.runs.runs_helpers import eager_tasks, launched_plan, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -241,6 +247,59 @@ def test_stale_heartbeat_is_crashed_and_its_job_stopped(
     assert "no heartbeat" in run.state_reason
     executor = LocalExecutor()
     assert wait_for(lambda: executor.poll(run.external_id).is_done)
+
+
+def test_a_heartbeat_arriving_while_the_reconciler_looks_saves_the_run(
+    recipe: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The reconciler's first look at a run is unlocked; it decides to crash a silent run
+    only after locking it and looking again, so a heartbeat that came in between (here:
+    while the executor was polled) keeps the run running."""
+    plan = with_command(launched_plan(recipe), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    wait_for((Path(run.output_path) / "child.json").exists)
+    long_ago = timezone.now() - timedelta(hours=1)
+    Run.objects.filter(pk=run.pk).update(heartbeat_timeout_seconds=60, heartbeat_at=long_ago)
+    token = queue.run_token(run=run)
+    poll = LocalExecutor.poll
+
+    def poll_while_a_heartbeat_arrives(executor: LocalExecutor, external_id: str) -> JobStatus:
+        status = poll(executor, external_id)
+        answer = APIClient().post(
+            f"/api/v1/runs/{run.pk}/heartbeat/",
+            {},
+            format="json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
+        assert answer.status_code == 200, answer.content
+        return status
+
+    monkeypatch.setattr(LocalExecutor, "poll", poll_while_a_heartbeat_arrives)
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.run_reconcile(run_id=run.pk)
+
+    run.refresh_from_db()
+    assert (run.state, run.failure_kind) == (RunState.RUNNING, "")
+    assert run.heartbeat_at is not None
+    assert run.heartbeat_at > long_ago
+    assert poll(LocalExecutor(), run.external_id).state == JobState.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_dispatchers_at_once_start_no_more_than_the_plan_allows(recipe: Any) -> None:
+    """The second dispatch waits for the first one's lock on the plan's launch, then counts
+    the run the first one started: one run running, started once, not two."""
+    app.conf.task_always_eager = False  # the launch's own nudges must not dispatch first
+    plan = with_command(launched_plan(recipe, max_concurrent_runs=1), SLEEPER)
+    assert Run.objects.filter(plan=plan, state=RunState.QUEUED).count() == 2
+
+    first, second = race(queue.runs_dispatch, queue.runs_dispatch)
+
+    assert len(first) + len(second) == 1
+    assert Run.objects.filter(plan=plan, state=RunState.RUNNING).count() == 1
+    assert RunEvent.objects.filter(run__plan=plan, verb="running").count() == 1
 
 
 def test_worker_killed_between_commit_and_submit_is_resubmitted(
