@@ -19,7 +19,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from marin_site.celery import app
-from runs import queue
+from runs import queue, services
 from runs.executors import JobState, JobStatus
 from runs.executors.local import LocalExecutor
 from runs.models import Plan, PlanLaunch, Run, RunEvent, RunState
@@ -285,6 +285,47 @@ def test_a_heartbeat_arriving_while_the_reconciler_looks_saves_the_run(
     assert run.heartbeat_at is not None
     assert run.heartbeat_at > long_ago
     assert poll(LocalExecutor(), run.external_id).state == JobState.RUNNING
+
+
+def test_a_canceled_plan_s_running_job_is_stopped_after_commit(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The plan's cancel only marks the running run; a task after commit (eager here)
+    asks its executor to stop it, and the reconciler records it killed."""
+    plan = with_command(launched_plan(recipe, max_concurrent_runs=1), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    running = Run.objects.get(plan=plan, state=RunState.RUNNING)
+    wait_for((Path(running.output_path) / "child.json").exists)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.plan_cancel(plan_id=plan.pk) == 2
+
+    assert Run.objects.get(plan=plan, state=RunState.KILLED).pk != running.pk
+    executor = LocalExecutor()
+    assert wait_for(lambda: executor.poll(running.external_id).is_done, timeout=15)
+    done = settle(running, {RunState.KILLED, RunState.CRASHED}, django_capture_on_commit_callbacks)
+    assert done.state == RunState.KILLED
+    pgid = json.loads((Path(running.output_path) / "child.json").read_text())["pgid"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+
+
+def test_a_run_canceled_before_its_job_was_submitted_never_starts_it(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(launched_plan(recipe), SLEEPER)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    queue.run_start(run_id=run.pk)  # committed; its on-commit submit has not run yet
+    services.plan_cancel(plan_id=plan.pk)
+
+    assert queue.run_submit(run_id=run.pk) == ""  # the late submit
+    assert not Path(queue.run_workdir(run=run)).exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.run_reconcile(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.KILLED
+    assert run.state_reason == "canceled before its job was submitted"
 
 
 @pytest.mark.django_db(transaction=True)
