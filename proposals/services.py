@@ -361,11 +361,12 @@ def proposal_transition(
         proposal.approved_criteria = proposal.criteria
         proposal.git_ref = git_ref.strip()[:255] or proposal.git_ref
         update_fields += ["plan", "approved_hypothesis", "approved_criteria", "git_ref"]
-        approved_plan_id, criteria = proposal.plan.pk, dict(proposal.criteria)
-        transaction.on_commit(lambda: plan_launch(plan_id=approved_plan_id, criteria=criteria))
-    elif action == "cancel" and proposal.plan_id is not None:
-        canceled_plan_id = proposal.plan_id
-        transaction.on_commit(lambda: plan_cancel(plan_id=canceled_plan_id, door=door))
+        # The launch row commits with the approval (its expansion is nudged after commit),
+        # so an approved plan is never left without one.
+        plan_launch(plan_id=proposal.plan.pk, criteria=dict(proposal.criteria))
+    elif action in {"cancel", "withdraw"} and proposal.plan_id is not None:
+        # Set-based and in this transaction: the proposal and its plan stop together.
+        plan_cancel(plan_id=proposal.plan_id, actor=actor, door=door)
     if action in {"approve", "reject"}:
         proposal.decided_at = now
         update_fields.append("decided_at")
@@ -386,6 +387,40 @@ def proposal_transition(
     )
     github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     return proposal
+
+
+def proposal_plans_reconcile(**_signal: Any) -> dict[str, int]:
+    """Make good a plan hand-off that never happened: launch the plan of an approved
+    proposal that has no launch, cancel the launched plan of a canceled or withdrawn one.
+
+    The hand-off commits with the transition, so this finds rows older than that rule, or
+    left by a bug; the run reconciler calls it on every pass (``runs.signals.reconcile_pass``).
+    Each proposal is locked and looked at again, so a transition in flight is never undone.
+    """
+    unlaunched = Proposal.objects.filter(
+        state=State.APPROVED, plan__isnull=False, plan__launch__isnull=True
+    )
+    uncanceled = Proposal.objects.filter(
+        state__in=[State.CANCELED, State.WITHDRAWN],
+        plan__launch__isnull=False,
+        plan__launch__canceled_at__isnull=True,
+    )
+    done = {"launched": 0, "canceled": 0}
+    for proposal_id in list(unlaunched.values_list("pk", flat=True)[:500]):
+        with transaction.atomic():
+            proposal = unlaunched.select_for_update(of=("self",)).filter(pk=proposal_id).first()
+            if proposal is not None and proposal.plan_id is not None:
+                criteria = proposal.approved_criteria or proposal.criteria
+                plan_launch(plan_id=proposal.plan_id, criteria=dict(criteria))
+                done["launched"] += 1
+    for proposal_id in list(uncanceled.values_list("pk", flat=True)[:500]):
+        with transaction.atomic():
+            proposal = uncanceled.select_for_update(of=("self",)).filter(pk=proposal_id).first()
+            if proposal is not None and proposal.plan_id is not None:
+                plan_cancel(plan_id=proposal.plan_id, door=Door.WORKER)
+                github_outbox.outbox_proposal_changed(proposal=proposal)  # the runs' progress
+                done["canceled"] += 1
+    return done
 
 
 @transaction.atomic

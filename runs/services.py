@@ -210,25 +210,67 @@ def plan_launch(
 def plan_cancel(
     *, plan_id: int, actor: User | AnonymousUser | None = None, door: str = "web"
 ) -> int:
-    """Stop a launched plan: nothing more starts, queued runs are killed, running ones asked to
-    stop. Returns how many runs were asked; canceling twice asks nobody twice."""
-    from runs.models import TERMINAL_RUN_STATES, Run
-    from runs.queue import run_cancel
+    """Stop a launched plan: nothing more starts, queued (and preempted) runs are killed,
+    running ones are marked cancel-requested and their executors asked to stop them by a
+    task after commit (and by the reconciler on every pass until they end).
+
+    Set-based, so a plan of a thousand runs is cancelled in a few statements, and atomic
+    with the caller's transaction (a proposal's cancel or withdrawal): the plan is never
+    left half cancelled. Returns how many runs were asked; canceling twice asks nobody twice.
+    """
+    from runs.models import TERMINAL_RUN_STATES, Run, RunEvent, RunState
+    from runs.queue import _nudge
 
     with transaction.atomic():
         launch = PlanLaunch.objects.select_for_update().filter(plan_id=plan_id).first()
         if launch is None:
             return 0
+        now = timezone.now()
         if launch.canceled_at is None:
-            launch.canceled_at = timezone.now()
+            launch.canceled_at = now
             launch.save(update_fields=["canceled_at"])
-        live = (
-            Run.objects.filter(plan_id=plan_id, cancel_requested_at__isnull=True)
+        live = list(
+            Run.objects.select_for_update()
+            .filter(plan_id=plan_id)
             .exclude(state__in=TERMINAL_RUN_STATES)
-            .values_list("pk", flat=True)
+            .order_by("pk")
+            .values_list("pk", "state", "cancel_requested_at")
         )
-        asked = 0
-        for run_id in list(live):
-            run_cancel(run_id=run_id, actor=actor, door=door)
-            asked += 1
-        return asked
+        asked = [pk for pk, _state, requested in live if requested is None]
+        killed = [(pk, state) for pk, state, _ in live if state != RunState.RUNNING]
+        user = actor if isinstance(actor, User) else None
+        for chunk in _chunks(asked):
+            Run.objects.filter(pk__in=chunk).update(cancel_requested_at=now, updated_at=now)
+        for chunk in _chunks([pk for pk, _state in killed]):
+            Run.objects.filter(pk__in=chunk).update(
+                state=RunState.KILLED,
+                state_reason="canceled before it started",
+                failure_kind="",
+                finished_at=now,
+                updated_at=now,
+            )
+        events = [
+            RunEvent(run_id=pk, actor=user, verb="cancel_requested", door=door) for pk in asked
+        ]
+        events += [
+            RunEvent(
+                run_id=pk,
+                actor=user,
+                verb=RunState.KILLED,
+                door=door,
+                from_state=state,
+                to_state=RunState.KILLED,
+                message="canceled before it started",
+            )
+            for pk, state in killed
+        ]
+        RunEvent.objects.bulk_create(events, batch_size=500)
+        if killed:
+            _nudge("plan_check_finished_task", plan_id=plan_id)
+        if len(killed) < len(live):  # some are running: their executors must stop them
+            _nudge("plan_stop_task", plan_id=plan_id)
+        return len(asked)
+
+
+def _chunks(ids: list[int], size: int = 500) -> list[list[int]]:
+    return [ids[i : i + size] for i in range(0, len(ids), size)]

@@ -5,7 +5,9 @@ so a write exists exactly when the change that caused it committed. ``outbox_dra
 one proposal's rows one at a time, in id order; a failure reschedules the row (exponential
 backoff with jitter, or what ``Retry-After`` / ``x-ratelimit-reset`` asks) and stops the
 drain, so later writes to that issue wait behind it. Creates carry a marker; a create
-whose answer was lost is found by its marker before it is tried again.
+whose answer was lost is found by its marker before it is tried again. Several drains of
+one proposal may run at once: a row is claimed in one conditional UPDATE (still pending,
+due, not leased) and re-read, so only one drain sends it, knowing how often it was tried.
 """
 
 from __future__ import annotations
@@ -409,7 +411,8 @@ def outbox_send(*, repo: Any, row: GitHubOutbox) -> dict[str, Any]:
 
 
 def _next_row(proposal_id: int) -> GitHubOutbox | None:
-    """The oldest unsent row; a failed create blocks the issue's other writes."""
+    """The oldest unsent row, whether or not another drain holds it (the caller then stops:
+    writes go out in order); a failed create blocks the issue's other writes."""
     if GitHubOutbox.objects.filter(
         proposal_id=proposal_id,
         operation=OutboxOperation.ISSUE_CREATE,
@@ -423,12 +426,17 @@ def _next_row(proposal_id: int) -> GitHubOutbox | None:
     )
 
 
-def _claim(row: GitHubOutbox, now: datetime) -> bool:
-    return bool(
-        GitHubOutbox.objects.filter(pk=row.pk, state=OutboxState.PENDING)
+def _claim(row_id: int, now: datetime) -> GitHubOutbox | None:
+    """Take a row for this drain in one statement: only while it is pending, due and not
+    leased by another drain. Returns the row as stored once claimed (attempts, schedule),
+    never the copy read before, which another drain may have sent meanwhile."""
+    claimed = (
+        GitHubOutbox.objects.filter(pk=row_id, state=OutboxState.PENDING)
         .filter(Q(leased_until__isnull=True) | Q(leased_until__lt=now))
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
         .update(leased_until=now + LEASE)
     )
+    return GitHubOutbox.objects.filter(pk=row_id).first() if claimed else None
 
 
 def outbox_drain(*, proposal_id: int, limit: int = 200) -> datetime | None:
@@ -438,14 +446,17 @@ def outbox_drain(*, proposal_id: int, limit: int = 200) -> datetime | None:
     client = gh.github_client()
     repo = gh.github_repo(client)
     for _ in range(limit):
-        row = _next_row(proposal_id)
+        found = _next_row(proposal_id)
         now = timezone.now()
-        if row is None:
+        if found is None:
             return None
-        if row.next_attempt_at and row.next_attempt_at > now:
-            return row.next_attempt_at
-        if not _claim(row, now):
-            return None  # another worker is sending this issue's writes
+        if found.leased_until is not None and found.leased_until >= now:
+            return None  # another drain is sending this issue's writes; it carries on
+        if found.next_attempt_at and found.next_attempt_at > now:
+            return found.next_attempt_at
+        row = _claim(found.pk, now)
+        if row is None:
+            continue  # it changed since it was read (sent, rescheduled, taken): look again
         try:
             result = outbox_send(repo=repo, row=row)
         except Retry as exc:

@@ -11,7 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from proposals import services
 from proposals.models import Event, Proposal, Review, State
+from runs import queue
+from runs.models import PlanLaunch, Run, RunEvent, RunState
 from tests.factories import (
     WALKTHROUGH_SPEC,
     CommentFactory,
@@ -262,6 +265,33 @@ def test_withdraw_and_cancel_endpoints(
         api_as(maintainer).post(f"/api/v1/proposals/{approved.pk}/cancel/").json()["state"]
         == "canceled"
     )
+
+
+def _launched(author: Any, maintainer: Any, recipe: Any) -> Proposal:
+    """An approved proposal whose plan is expanded into queued runs."""
+    proposal = ProposalFactory.create(recipe=recipe, author=author, state=State.SUBMITTED)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    proposal.refresh_from_db()
+    assert proposal.plan_id is not None
+    queue.plan_expand(plan_id=proposal.plan_id)
+    return proposal
+
+
+@pytest.mark.parametrize(("action", "who"), [("withdraw", "author"), ("cancel", "maintainer")])
+def test_withdraw_or_cancel_through_the_api_stops_the_plan(
+    api_as: Any, recipe: Any, contributor: Any, maintainer: Any, action: str, who: str
+) -> None:
+    proposal = _launched(contributor, maintainer, recipe)
+    actor = contributor if who == "author" else maintainer
+    response = api_as(actor).post(f"/api/v1/proposals/{proposal.pk}/{action}/")
+    assert response.status_code == 200, response.content
+    launch = PlanLaunch.objects.get(plan__proposal=proposal)
+    assert launch.canceled_at is not None
+    runs = Run.objects.filter(plan__proposal=proposal)
+    assert set(runs.values_list("state", flat=True)) == {RunState.KILLED}
+    assert set(
+        RunEvent.objects.filter(run__in=runs, verb="killed").values_list("door", flat=True)
+    ) == {"api"}
 
 
 def test_plan_preview_before_approval(api: APIClient, proposal: Proposal) -> None:

@@ -9,8 +9,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from proposals import services
 from proposals.models import Comment, Proposal, Review, State
 from proposals.services import event_record
+from runs import queue
+from runs.models import PlanLaunch, Run, RunEvent, RunState
 from tests.factories import (
     WALKTHROUGH_SPEC,
     CommentFactory,
@@ -255,6 +258,33 @@ def test_approve_button_for_maintainer(client: Client, recipe: Any, maintainer: 
     proposal.refresh_from_db()
     assert (proposal.state, proposal.git_ref) == (State.APPROVED, "v1.2")
     assert proposal.events.get(verb="approved").door == "web"
+
+
+def _launched(author: Any, maintainer: Any, recipe: Any) -> Proposal:
+    """An approved proposal whose plan is expanded into queued runs."""
+    proposal = ProposalFactory.create(recipe=recipe, author=author, state=State.SUBMITTED)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    proposal.refresh_from_db()
+    assert proposal.plan_id is not None
+    queue.plan_expand(plan_id=proposal.plan_id)
+    return proposal
+
+
+def test_withdrawing_an_approved_proposal_on_the_site_stops_its_plan(
+    client: Client, contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    proposal = _launched(contributor, maintainer, recipe)
+    client.force_login(contributor)
+    response = client.post(f"/proposals/{proposal.pk}/transition/withdraw/")
+    assert response.status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).state == State.WITHDRAWN
+    launch = PlanLaunch.objects.get(plan__proposal=proposal)
+    assert launch.canceled_at is not None
+    runs = Run.objects.filter(plan__proposal=proposal)
+    assert set(runs.values_list("state", flat=True)) == {RunState.KILLED}
+    assert set(
+        RunEvent.objects.filter(run__in=runs, verb="killed").values_list("door", flat=True)
+    ) == {"web"}
 
 
 def test_approve_refused_for_contributor_and_from_wrong_state(

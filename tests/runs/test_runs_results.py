@@ -130,6 +130,25 @@ def test_plan_cancel_kills_queued_runs_and_stops_dispatch(recipe: Any) -> None:
     assert queue.runs_dispatch() == []
 
 
+def test_plan_cancel_kills_preempted_runs_and_asks_running_ones_once(recipe: Any) -> None:
+    plan = launched_plan(recipe)
+    running, preempted = Run.objects.filter(plan=plan).order_by("pk")
+    for run in (running, preempted):
+        queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    queue.run_transition(run_id=preempted.pk, to_state=RunState.PREEMPTED, door="worker")
+
+    assert services.plan_cancel(plan_id=plan.pk) == 2
+    assert services.plan_cancel(plan_id=plan.pk) == 0
+
+    running.refresh_from_db()
+    preempted.refresh_from_db()
+    assert (running.state, preempted.state) == (RunState.RUNNING, RunState.KILLED)
+    assert running.cancel_requested_at is not None
+    assert running.events.filter(verb="cancel_requested").count() == 1
+    assert preempted.events.get(verb="killed").from_state == RunState.PREEMPTED
+    assert PlanLaunch.objects.get(plan=plan).canceled_at is not None
+
+
 @pytest.mark.parametrize(("action", "state"), [("cancel", "queued"), ("retry", "failed")])
 def test_api_actions_need_a_maintainer(
     api_as: Any, recipe: Any, maintainer: Any, contributor: Any, action: str, state: str
