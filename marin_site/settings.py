@@ -306,6 +306,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "marin_site.api_schema.document_refusals",
+    ],
 }
 
 # Content-Security-Policy (django-csp): scripts, styles, fonts and data only from this site.
