@@ -9,8 +9,11 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from marin_site.doors import Door
 from proposals.models import Comment, Proposal, Review, State
 from proposals.services import event_record
+from runs import queue
+from runs.models import Run, RunState
 from tests.factories import (
     WALKTHROUGH_SPEC,
     CommentFactory,
@@ -18,6 +21,7 @@ from tests.factories import (
     ReviewFactory,
     UserFactory,
 )
+from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -357,3 +361,23 @@ def test_recipe_pages(client: Client, recipe: Any, maintainer: Any, contributor:
     assert client.get("/recipes/new/").status_code == 403
     client.force_login(maintainer)
     assert client.get("/recipes/new/").status_code == 200
+
+
+def test_a_run_finishing_and_a_run_canceled_show_on_the_proposal_timeline(
+    client: Client, recipe: Any, contributor: Any, maintainer: Any
+) -> None:
+    plan = launched_plan(recipe)
+    proposal = ProposalFactory.create(
+        recipe=recipe, state=State.APPROVED, author=contributor, plan=plan
+    )
+    first, second = Run.objects.filter(plan=plan).order_by("entry__index")
+    queue.run_transition(run_id=first.pk, to_state=RunState.RUNNING, door=Door.WORKER)
+    queue.run_transition(run_id=first.pk, to_state=RunState.FINISHED, door=Door.RUNNER)
+    queue.run_cancel(run_id=second.pk, actor=maintainer, door=Door.WEB)
+
+    html = client.get(proposal.get_absolute_url()).content.decode()
+    timeline = html.split('id="timeline-heading"')[1]
+    finished = timeline.split(f'data-run-id="{first.pk}"')[-1].split("</li>")[0]
+    assert "finished" in finished and f"run #{first.pk}" in finished and "Runner" in finished
+    killed = timeline.split(f'data-run-id="{second.pk}"')[-1].split("</li>")[0]
+    assert "killed" in killed and "max" in killed and "Web" in killed
