@@ -381,3 +381,23 @@ def test_a_run_finishing_and_a_run_canceled_show_on_the_proposal_timeline(
     assert "finished" in finished and f"run #{first.pk}" in finished and "Runner" in finished
     killed = timeline.split(f'data-run-id="{second.pk}"')[-1].split("</li>")[0]
     assert "killed" in killed and "max" in killed and "Web" in killed
+
+
+def test_hold_and_unhold_buttons_on_the_web(
+    client: Client, recipe: Any, maintainer: Any, contributor: Any
+) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    client.force_login(contributor)
+    assert client.post(f"/proposals/{proposal.pk}/hold/").status_code == 403
+    client.force_login(maintainer)
+    response = client.post(f"/proposals/{proposal.pk}/hold/", {"reason": "Budget review."})
+    assert response.status_code == 302
+    proposal.refresh_from_db()
+    assert proposal.on_hold
+    event = proposal.events.get(verb="put on hold")
+    assert (event.door, event.message) == ("web", "Budget review.")
+    page = client.get(proposal.get_absolute_url()).content.decode()
+    assert "action-unhold" in page and "action-approve" not in page
+    assert client.post(f"/proposals/{proposal.pk}/unhold/").status_code == 302
+    proposal.refresh_from_db()
+    assert not proposal.on_hold
