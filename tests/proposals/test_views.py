@@ -401,3 +401,16 @@ def test_hold_and_unhold_buttons_on_the_web(
     assert client.post(f"/proposals/{proposal.pk}/unhold/").status_code == 302
     proposal.refresh_from_db()
     assert not proposal.on_hold
+
+
+def test_the_plan_table_writes_values_as_the_run_table_does(client: Client, recipe: Any) -> None:
+    proposal = ProposalFactory.create(
+        recipe=recipe,
+        baseline={"capacity_factor": 1.5},
+        ablation_spec="axes:\n  capacity_factor: [1.0, 2.0]\n",
+    )
+    plan_section = (
+        client.get(proposal.get_absolute_url()).content.decode().split('id="plan-heading"')[1]
+    )
+    assert "1.5 → <strong>1</strong>" in plan_section
+    assert "<strong>1.0</strong>" not in plan_section
