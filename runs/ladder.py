@@ -14,7 +14,6 @@ Pure functions over numbers, and one builder over runs that were already loaded:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from runs import presentation
 from runs.plans import canonical_json
 
 MIN_POINTS_TO_FIT = 2
@@ -172,11 +172,7 @@ def ladder_build(*, metric: str, variants: Iterable[LadderVariant]) -> Ladder:
 
 
 def _variant_label(overrides: Mapping[str, Any]) -> str:
-    return " · ".join(f"{k}={_short(v)}" for k, v in overrides.items()) or "baseline"
-
-
-def _short(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return presentation.run_label(changes=overrides)
 
 
 def plan_ladder(

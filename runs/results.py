@@ -9,13 +9,13 @@ result comment).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from runs.models import TERMINAL_RUN_STATES, MetricSummary, PlanLaunch, Run, RunState
+from runs.models import TERMINAL_RUN_STATES, PlanLaunch, Run, RunState
+from runs.presentation import final_values, is_number, metric_text, run_label, value_text
 from runs.signals import plan_finished
 
 TABLE_KEYS = (
@@ -40,22 +40,8 @@ def latest_runs(*, plan_id: int) -> list[Run]:
 
 
 def final_metrics(*, runs: list[Run]) -> dict[int, dict[str, float]]:
-    """Each run's last value per key (a cached run reads the run it reuses)."""
-    source_of = {run.pk: run.cached_from_id or run.pk for run in runs}
-    values: dict[int, dict[str, float]] = {}
-    for run_id, key, last in MetricSummary.objects.filter(
-        run_id__in=set(source_of.values())
-    ).values_list("run_id", "key", "last"):
-        values.setdefault(run_id, {})[key] = last
-    out: dict[int, dict[str, float]] = {}
-    for run in runs:
-        imported = {k: v for k, v in (run.final_metrics or {}).items() if _number(v)}
-        out[run.pk] = {**imported, **values.get(source_of[run.pk], {})}
-    return out
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """Each run's last value per key (``runs.presentation.final_values``)."""
+    return final_values(runs)[0]
 
 
 def compare(
@@ -65,7 +51,7 @@ def compare(
     metric = str(criteria.get("metric") or "")
     direction = criteria.get("direction") or "lower"
     threshold: Any = criteria.get("threshold")
-    if not metric or not _number(threshold):
+    if not metric or not is_number(threshold):
         return [], "not_evaluated"
     baselines = {
         (run.entry.scale, run.entry.seed): run
@@ -107,14 +93,6 @@ def compare(
     return rows, verdict
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
 def summary_markdown(summary: dict[str, Any]) -> str:
     keys = summary["keys"]
     lines = [
@@ -122,10 +100,10 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "|---|---|---|---|---|" + "---|" * len(keys),
     ]
     for row in summary["runs"]:
-        overrides = ", ".join(f"{k}={v}" for k, v in row["overrides"].items()) or "baseline"
-        cells = [_fmt(row["metrics"].get(key)) for key in keys]
+        overrides = run_label(changes=row["overrides"])
+        cells = [metric_text(row["metrics"].get(key), key) for key in keys]
         lines.append(
-            f"| {row['run']} | {row['scale'] or '–'} | {_fmt(row['seed'])} | {overrides} | "
+            f"| {row['run']} | {row['scale'] or '–'} | {value_text(row['seed'])} | {overrides} | "
             f"{row['state']} | " + " | ".join(cells) + " |"
         )
     criteria = summary["criteria"]

@@ -21,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
-from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
@@ -38,6 +37,7 @@ from proposals.models import (
     Proposal,
     State,
 )
+from proposals.selectors import proposal_status_text
 
 logger = logging.getLogger(__name__)
 
@@ -186,8 +186,7 @@ def render_block(proposal: Proposal) -> str:
     link = f"{settings.SITE_URL}{proposal.get_absolute_url()}"
     lines = [
         proposal_marker(proposal.pk),
-        f"**[Proposal #{proposal.pk} on marin-site]({link})** · state: "
-        f"**{proposal.get_state_display()}**" + (" · on hold" if proposal.on_hold else ""),
+        f"**[Proposal #{proposal.pk} on marin-site]({link})** · {proposal_status_text(proposal)}",
     ]
     if not proposal.github_sections:  # written on the site: the issue shows its sections
         lines += ["", "### Summary", "", proposal.summary]
@@ -208,24 +207,11 @@ def render_block(proposal: Proposal) -> str:
     return "\n".join(lines)
 
 
-def _run_progress(plan_id: int) -> str:
-    try:
-        run_model = apps.get_model("runs", "Run")
-    except LookupError:
-        return ""
-    counts: dict[str, int] = {}
-    for state in run_model.objects.filter(plan_id=plan_id).values_list("state", flat=True):
-        counts[state] = counts.get(state, 0) + 1
-    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-
-
 def render_status(proposal: Proposal) -> str:
     link = f"{settings.SITE_URL}{proposal.get_absolute_url()}"
-    lines = [
-        STATUS_MARKER,
-        f"**Status: {proposal.get_state_display()}**"
-        + (" (on hold: approval waits for `/unhold`)" if proposal.on_hold else ""),
-    ]
+    lines = [STATUS_MARKER, f"**Status** · {proposal_status_text(proposal)}"]
+    if proposal.on_hold:
+        lines.append("Approval waits for `/unhold`.")
     if proposal.state_reason:
         lines.append(f"> {proposal.state_reason.splitlines()[0][:500]}")
     plan = proposal.plan
@@ -238,11 +224,6 @@ def render_status(proposal: Proposal) -> str:
                 else ""
             )
         )
-        progress = _run_progress(plan.pk)
-        if progress:
-            lines.append(f"Runs: {progress}")
-    if proposal.outcome:
-        lines.append(f"Outcome: **{proposal.get_outcome_display()}**")
     lines.append(f"[Open on marin-site]({link}) · this comment is edited as things change.")
     return "\n\n".join(lines)
 

@@ -3,13 +3,12 @@ the scaling ladder; and the filters their templates format numbers and links wit
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django import template
 from django.urls import reverse
 
-from runs import run_table
+from runs import presentation, run_table
 from runs.models import Plan
 
 register = template.Library()
@@ -43,34 +42,22 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
     }
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 @register.filter
 def metric(value: Any, key: str) -> str:
-    """A final metric as the table shows it: MFU in percent, tokens/s whole, losses to 4 places."""
-    if not _number(value):
-        return "–"
-    if key.endswith("mfu"):
-        return f"{100 * value:.1f}%"
-    if key.endswith("tokens_per_second"):
-        return f"{value:,.0f}"
-    if "fraction" in key:
-        return f"{value:.3f}"
-    return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+    """A final metric as the table shows it (``runs.presentation.metric_text``)."""
+    return presentation.metric_text(value, key)
 
 
 @register.filter
 def sci(value: Any) -> str:
     """Large counts (FLOPs) as 3.2e+18."""
-    return f"{value:.3g}" if _number(value) else "–"
+    return f"{value:.3g}" if presentation.is_number(value) else "–"
 
 
 @register.filter
 def times(value: Any) -> str:
     """A compute multiplier: 1.37 followed by a times sign."""
-    return f"{value:.2f}×" if _number(value) else "–"
+    return f"{value:.2f}×" if presentation.is_number(value) else "–"
 
 
 @register.filter
@@ -82,4 +69,4 @@ def http_url(value: Any) -> str:
 
 @register.filter
 def config_value(value: Any) -> str:
-    return run_table.display(value)
+    return presentation.value_text(value)

@@ -10,12 +10,13 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
+from marin_site.doors import Door
 from proposals import services
 from proposals.github import outbox
 from proposals.github.body import END, START
 from proposals.github.fake import FakeGitHub
 from proposals.github.outbox import outbox_drain
-from proposals.models import Comment, Door, GitHubOutbox, OutboxState, Proposal, State
+from proposals.models import Comment, GitHubOutbox, OutboxState, Proposal, State
 from tests.concurrency import started
 from tests.factories import ProposalFactory, UserFactory
 from tests.proposals.github_support import (
@@ -59,7 +60,7 @@ def test_submitting_on_the_site_opens_an_issue_with_labels_block_and_status(
     comments = github_on.issue_comments(_number(proposal))
     assert len(comments) == 1
     assert comments[0]["id"] == proposal.github_status_comment_id
-    assert "Status: Submitted" in comments[0]["body"]
+    assert "**Status** · state: **Submitted**" in comments[0]["body"]
 
 
 def test_a_draft_gets_no_issue(github_on: FakeGitHub, contributor: Any, recipe: Any) -> None:
@@ -114,7 +115,7 @@ def test_full_conversation_site_submit_then_approve_on_github(
 
     comments = github_on.issue_comments(number)
     status = next(c for c in comments if c["id"] == status_id)
-    assert "Status: Approved" in status["body"]
+    assert "**Status** · state: **Approved**" in status["body"]
     assert [c for c in comments if "marin-site:status" in c["body"]] == [status]
     answers = [c for c in comments if c["body"].startswith("@maxine `/approve`: done")]
     assert len(answers) == 1
