@@ -47,7 +47,8 @@ REFUSALS: dict[str, tuple[str, str]] = {
     "400": ("FieldErrors", "Bad input: each refused field with the rule it broke."),
     "401": ("Refusal", "No valid credentials (a token that is unknown, revoked or expired)."),
     "403": ("Refusal", "Signed in, but without the permission this needs."),
-    "404": ("Refusal", "No such object."),
+    "404": ("Refusal", "No such object (or page, or `format`)."),
+    "406": ("Refusal", "None of the media types in `Accept` can be written here."),
     "409": ("TransitionRefusal", "Not in a state this action may start from."),
     "413": ("Refusal", "The request body is over the size limit."),
     "429": ("Refusal", "Too many requests; `Retry-After` says when to come back."),
@@ -55,14 +56,15 @@ REFUSALS: dict[str, tuple[str, str]] = {
 
 
 def _refusals_for(path: str, method: str, operation: dict[str, Any]) -> list[str]:
-    codes = ["401"]  # a token that is not valid is refused on every operation
+    codes = ["401", "406"]  # a token that is not valid; an Accept header nothing matches
     has_query = any(p.get("in") == "query" for p in operation.get("parameters", []))
     if method in WRITE_METHODS:
         codes += ["400", "403", "413", "429"]
     elif has_query:
         codes.append("400")
-    paged = any(p.get("name") == "page" for p in operation.get("parameters", []))
-    if "{" in path or paged:  # an object that does not exist, or a page past the last
+    names = {p.get("name") for p in operation.get("parameters", [])}
+    # an object that does not exist, a page past the last, a format the view cannot write
+    if "{" in path or "page" in names or "format" in names:
         codes.append("404")
         if method in WRITE_METHODS and "{" in path:
             codes.append("409")

@@ -45,7 +45,7 @@ MACHINE_PREFIXES = ("/api/", "/mlflow/", "/github/webhook/")
 def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
     if request.path.startswith(MACHINE_PREFIXES):
         return JsonResponse({"detail": "Not found."}, status=404)
-    return defaults.page_not_found(request, exception)  # type: ignore[arg-type]
+    return defaults.page_not_found(request, exception)
 
 
 def server_error(request: HttpRequest) -> HttpResponse:

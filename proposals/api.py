@@ -8,7 +8,7 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
@@ -237,7 +237,8 @@ class ProposalSearchView(generics.GenericAPIView):
     """
 
     permission_classes = [HasNamedPermission]
-    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, proposal_export.CSVRenderer]
+    # No browsable HTML here: people search on /search/; asked for HTML, this answers 406.
+    renderer_classes = [JSONRenderer, proposal_export.CSVRenderer]
 
     @extend_schema(
         parameters=[OpenApiParameter("q", str, description="A search query, e.g. label:moe")],

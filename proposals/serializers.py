@@ -27,6 +27,32 @@ class LabelsField(serializers.ListField):
         return [label.name for label in data.all()]
 
 
+class OptionalURLField(serializers.URLField):
+    """A link the proposal may not have: ``null`` in and out when there is none (the column
+    keeps ``""``), so a reader never meets an empty string where the schema says URL."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_null=True, allow_blank=True, required=False, **kwargs)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is None or data == "":
+            return (True, "")
+        return super().validate_empty_values(data)
+
+    def to_representation(self, value: str) -> Any:
+        return value or None
+
+
+class OptionalChoiceField(serializers.ChoiceField):
+    """A choice not made yet: ``null`` rather than an empty string outside the enum."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_null=True, read_only=True, **kwargs)
+
+    def to_representation(self, value: str) -> Any:
+        return value or None
+
+
 class ProposalSerializer(serializers.ModelSerializer):
     """What the API shows of a proposal (and accepts, for the writable fields)."""
 
@@ -43,6 +69,11 @@ class ProposalSerializer(serializers.ModelSerializer):
     average_score = serializers.FloatField(read_only=True, required=False, allow_null=True)
     plan_id = serializers.IntegerField(read_only=True, allow_null=True)
     allowed_actions = serializers.SerializerMethodField()
+    pr_url = OptionalURLField(max_length=500)
+    wandb_url = OptionalURLField(max_length=500)
+    data_browser_url = OptionalURLField(max_length=500)
+    outcome = OptionalChoiceField(choices=Outcome.choices)
+    confidence = OptionalChoiceField(choices=Confidence.choices)
 
     class Meta:
         model = Proposal

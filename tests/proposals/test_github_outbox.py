@@ -313,6 +313,7 @@ def test_a_permanent_failure_stays_visible_and_can_be_retried_by_a_maintainer(
     assert page.status_code == 200
     assert "404" in page.content.decode()
     assert client.post(f"/github/outbox/{row.pk}/retry/").status_code == 302
+    assert client.post(f"/github/outbox/{row.pk + 1000}/retry/").status_code == 404
     row.refresh_from_db()
     assert (row.state, row.attempts) == (OutboxState.PENDING, 0)
 
