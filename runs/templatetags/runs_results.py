@@ -10,9 +10,24 @@ from django import template
 from django.urls import reverse
 
 from runs import run_table
+from runs.ladder import (
+    EXPONENT_STANDARD_ERRORS,
+    IRREDUCIBLE_LAW,
+    MIN_R_SQUARED,
+    MIN_SCALES_FOR_IRREDUCIBLE,
+    MIN_SCALES_FOR_MULTIPLIER,
+)
 from runs.models import Plan
+from runs.steady import is_steady_state_key
 
 register = template.Library()
+
+LADDER_RULES = {
+    "irreducible_from": MIN_SCALES_FOR_IRREDUCIBLE,
+    "min_scales": MIN_SCALES_FOR_MULTIPLIER,
+    "min_r_squared": MIN_R_SQUARED,
+    "exponent_se": f"{EXPONENT_STANDARD_ERRORS:g}",
+}
 
 
 def series_url(plan_id: int) -> str:
@@ -36,6 +51,8 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
         "launch": table.launch,
         "ladder": ladder,
         "ladder_data": ladder.chart_data() if ladder else None,
+        "ladder_rules": LADDER_RULES,
+        "irreducible_law": IRREDUCIBLE_LAW,
         "table_url": reverse("plan-run-table", kwargs={"plan_id": plan.pk}),
         "series_url": f"{series_url(plan.pk)}?{run_table.series_query(table.chart_keys)}",
         "png_url": reverse("plan-loss-png", kwargs={"plan_id": plan.pk}),
@@ -59,6 +76,36 @@ def metric(value: Any, key: str) -> str:
     if "fraction" in key:
         return f"{value:.3f}"
     return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+@register.filter
+def spread(group: Any, key: str) -> str:
+    """A variant's ``key`` over its seeds (a ``runs.seeds`` group): mean ± sample std."""
+    stats = (group.get("stats") or {}).get(key) if isinstance(group, dict) else None
+    if not isinstance(stats, dict) or not _number(stats.get("mean")):
+        return "–"
+    if not _number(stats.get("std")):
+        return f"{metric(stats['mean'], key)} (1 seed)"
+    return f"{metric(stats['mean'], key)} ± {metric(stats['std'], key)}"
+
+
+@register.filter
+def delta(group: Any, key: str) -> str:
+    """A variant's difference from the baseline, ± its standard error when it is known."""
+    value = group.get("delta") if isinstance(group, dict) else None
+    if value is None or not _number(value):
+        return "–"
+    sign = "+" if value > 0 else "−" if value < 0 else "±"
+    text = f"{sign}{metric(abs(value), key)}"
+    if _number(group.get("delta_se")):
+        text += f" ± {metric(group['delta_se'], key)}"
+    return text
+
+
+@register.filter
+def steady_key(key: Any) -> bool:
+    """Whether a metric key is summarised by its steady-state median (throughput, MFU)."""
+    return isinstance(key, str) and is_steady_state_key(key)
 
 
 @register.filter
