@@ -8,8 +8,9 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from proposals.actions import allowed_actions
 from proposals.markdown import render_markdown
-from proposals.models import Comment, Confidence, Direction, Event, Outcome, Proposal, Review
+from proposals.models import Comment, Confidence, Direction, Outcome, Proposal, Review
 from runs.models import Recipe
 
 
@@ -41,6 +42,7 @@ class ProposalSerializer(serializers.ModelSerializer):
     review_count = serializers.IntegerField(read_only=True, required=False)
     average_score = serializers.FloatField(read_only=True, required=False, allow_null=True)
     plan_id = serializers.IntegerField(read_only=True, allow_null=True)
+    allowed_actions = serializers.SerializerMethodField()
 
     class Meta:
         model = Proposal
@@ -79,6 +81,8 @@ class ProposalSerializer(serializers.ModelSerializer):
             "plan_id",
             "review_count",
             "average_score",
+            "on_hold",
+            "allowed_actions",
             "created_at",
             "updated_at",
             "submitted_at",
@@ -87,6 +91,7 @@ class ProposalSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = [
             "state",
+            "on_hold",
             "state_reason",
             "outcome",
             "conclusion",
@@ -105,6 +110,13 @@ class ProposalSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         path = reverse("proposals:detail", kwargs={"pk": obj.pk})
         return request.build_absolute_uri(path) if request else path
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_allowed_actions(self, obj: Proposal) -> list[str]:
+        """What the requesting user may do to this proposal now (``proposals.actions``)."""
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        return [action.name for action in allowed_actions(obj, user)] if user else []
 
     @extend_schema_field(serializers.CharField())
     def get_description_html(self, obj: Proposal) -> str:
@@ -159,12 +171,17 @@ class CommentSerializer(serializers.ModelSerializer):
         return str(render_markdown(obj.body))
 
 
-class EventSerializer(serializers.ModelSerializer):
-    actor = serializers.SerializerMethodField()
+class TimelineEntrySerializer(serializers.Serializer):
+    """A row of a proposal's timeline (``proposals.selectors.TimelineEntry``): the proposal's
+    own events, and its runs' events with ``run`` set."""
 
-    class Meta:
-        model = Event
-        fields = ["id", "verb", "actor", "from_state", "to_state", "message", "door", "created_at"]
-
-    def get_actor(self, obj: Event) -> str:
-        return obj.actor_label or (obj.actor.username if obj.actor else "")
+    kind = serializers.ChoiceField(choices=["proposal", "run"])
+    id = serializers.IntegerField()
+    run = serializers.IntegerField(allow_null=True)
+    verb = serializers.CharField()
+    actor = serializers.CharField()
+    from_state = serializers.CharField()
+    to_state = serializers.CharField()
+    message = serializers.CharField()
+    door = serializers.CharField()
+    created_at = serializers.DateTimeField()

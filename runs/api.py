@@ -22,6 +22,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
+from marin_site.doors import Door
 from runs import metrics, queue, selectors, series, services
 from runs import permissions as run_perms
 from runs.executors import get_executor
@@ -58,13 +59,16 @@ class RecipeViewSet(
 
     def perform_create(self, serializer: Any) -> None:
         serializer.instance = services.recipe_create(
-            actor=self.request.user, data=dict(serializer.validated_data)
+            actor=self.request.user, data=dict(serializer.validated_data), door=Door.API
         )
 
     def perform_update(self, serializer: Any) -> None:
         assert serializer.instance is not None
         serializer.instance = services.recipe_update(
-            recipe=serializer.instance, data=dict(serializer.validated_data)
+            recipe=serializer.instance,
+            data=dict(serializer.validated_data),
+            actor=self.request.user,
+            door=Door.API,
         )
 
 
@@ -125,7 +129,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
         run = self.get_object()
         if not request.user.has_perm(permission, run):
             raise PermissionDenied(f"You need the permission '{permission}'.")
-        result = service(run_id=run.pk, actor=request.user, door=queue.Door.API)
+        result = service(run_id=run.pk, actor=request.user, door=Door.API)
         return Response(RunSerializer(result).data)
 
     @extend_schema(request=None, responses=RunSerializer)
@@ -234,7 +238,7 @@ class RunStatusView(RunnerView):
             to_state=data["state"],
             failure_kind=failure_kind,
             message=data["message"],
-            door=queue.Door.RUNNER,
+            door=Door.RUNNER,
             actor_label="runner",
         )
         return Response({"state": run.state})

@@ -30,7 +30,6 @@ Pure functions over numbers, and one builder over runs that were already loaded:
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +37,7 @@ from typing import Any
 
 import numpy as np
 
+from runs import presentation
 from runs.plans import canonical_json
 
 MIN_POINTS_TO_FIT = 2  # a line can be drawn through two scales (it fits them exactly)
@@ -276,13 +276,14 @@ def fit_problems(fit: PowerLaw | None, *, who: str) -> list[str]:
         )
     if fit.r_squared < MIN_R_SQUARED:
         problems.append(
-            f"{who}'s fit has R² {fit.r_squared:.2f}, below {MIN_R_SQUARED}: "
+            f"{who}'s fit has R² {presentation.r_squared_text(fit.r_squared)}, below "
+            f"{MIN_R_SQUARED}: "
             "its losses do not follow a power law in compute"
         )
     if fit.scales >= MIN_SCALES_FOR_MULTIPLIER and not fit.clearly_falling:
-        spread = "" if fit.exponent_se is None else f" ± {fit.exponent_se:.3f}"
+        exponent = presentation.exponent_text(fit.exponent, fit.exponent_se)
         problems.append(
-            f"{who}'s exponent ({fit.exponent:+.3f}{spread}) is not clearly below zero: "
+            f"{who}'s exponent ({exponent}) is not clearly below zero: "
             "its loss does not clearly fall with compute"
         )
     return problems
@@ -447,8 +448,8 @@ def ladder_build(*, metric: str, variants: Iterable[LadderVariant]) -> Ladder:
             if variant.multiplier is None:
                 problems.append(
                     f"the baseline's fit never reaches this variant's loss "
-                    f"{variant.reference_loss:.4g} (its irreducible loss is "
-                    f"{baseline.fit.irreducible:.4g})"
+                    f"{presentation.metric_text(variant.reference_loss, 'loss')} (its "
+                    f"irreducible loss is {presentation.metric_text(baseline.fit.irreducible, 'loss')})"
                 )
         variant.refusals = problems
         if variant.multiplier is not None and variant.throughput_ratio is not None:
@@ -462,14 +463,10 @@ def variant_key(entry: Any) -> str:
 
 
 def variant_label(entry: Any) -> str:
+    """A variant's label: its overrides as ``runs.presentation`` writes them."""
     if entry.is_baseline:
-        return "baseline"
-    overrides: Mapping[str, Any] = entry.overrides or {}
-    return " · ".join(f"{k}={_short(v)}" for k, v in overrides.items()) or "baseline"
-
-
-def _short(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        return presentation.BASELINE_LABEL
+    return presentation.run_label(changes=entry.overrides or {})
 
 
 def ladder_metric(*, criterion: str, keys: Iterable[str]) -> str:
@@ -525,33 +522,29 @@ def plan_ladder(
     return ladder_build(metric=metric, variants=ordered)
 
 
-def _number(value: Any, spec: str) -> str:
-    return "–" if value is None else format(value, spec)
-
-
 def ladder_markdown(summary: Mapping[str, Any]) -> str:
     """The ladder of a plan summary (``Ladder.as_summary``) as markdown for the result
     comment: one row per variant, then each refusal in words."""
     target = summary.get("target_flops")
     lines = [
         f"**Scaling ladder** (`{summary['metric']}` against training FLOPs; the multiplier is "
-        f"read at the loss each variant's fit reaches at {_number(target, '.3g')} FLOPs)",
+        f"read at the loss each variant's fit reaches at {presentation.flops_text(target)} FLOPs)",
         "",
         "| variant | scales | law | exponent | R² | multiplier | throughput ratio | "
         "effective speedup |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for v in summary["variants"]:
-        exponent = _number(v["exponent"], "+.3f")
-        if v["exponent"] is not None and v["exponent_se"] is not None:
-            exponent += f" ± {v['exponent_se']:.3f}"
+        exponent = presentation.exponent_text(v["exponent"], v["exponent_se"])
         law = v["law"] or "–"
         if v["irreducible"] is not None:
-            law += f" (E = {v['irreducible']:.3g})"
+            law += f" (E = {presentation.metric_text(v['irreducible'], 'loss')})"
         lines.append(
             f"| {v['label']} | {v['scales']} | {law} | {exponent} | "
-            f"{_number(v['r_squared'], '.3f')} | {_times(v['multiplier'])} | "
-            f"{_times(v['throughput_ratio'])} | {_times(v['effective_speedup'])} |"
+            f"{presentation.r_squared_text(v['r_squared'])} | "
+            f"{presentation.multiplier_text(v['multiplier'])} | "
+            f"{presentation.multiplier_text(v['throughput_ratio'])} | "
+            f"{presentation.multiplier_text(v['effective_speedup'])} |"
         )
     reasons = [
         f"- {v['label']}: no multiplier, because " + "; ".join(v["refusals"]) + "."
@@ -569,7 +562,3 @@ def ladder_markdown(summary: Mapping[str, Any]) -> str:
         "multiplier × throughput ratio (steady-state tokens/s over the baseline's).",
     ]
     return "\n".join(lines)
-
-
-def _times(value: Any) -> str:
-    return "–" if value is None else f"{value:.2f}×"

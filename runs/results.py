@@ -13,17 +13,25 @@ result comment).
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
 from runs.ladder import Ladder, ladder_markdown, ladder_metric, plan_ladder
-from runs.models import TERMINAL_RUN_STATES, MetricSummary, Plan, PlanLaunch, Run, RunState
+from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
+from runs.presentation import (
+    delta_text,
+    final_values,
+    is_number,
+    metric_text,
+    run_label,
+    spread_text,
+    value_text,
+)
 from runs.seeds import seeded, variant_groups, verdict_suggest
 from runs.signals import plan_finished
-from runs.steady import is_steady_state_key, summary_value
+from runs.steady import is_steady_state_key
 
 TABLE_KEYS = (
     "train/loss",
@@ -48,22 +56,8 @@ def latest_runs(*, plan_id: int) -> list[Run]:
 
 def final_metrics(*, runs: list[Run]) -> dict[int, dict[str, float]]:
     """Each run's last value per key, throughput keys their steady-state median (a cached
-    run reads the run it reuses)."""
-    source_of = {run.pk: run.cached_from_id or run.pk for run in runs}
-    values: dict[int, dict[str, float]] = {}
-    for run_id, key, last, steady in MetricSummary.objects.filter(
-        run_id__in=set(source_of.values())
-    ).values_list("run_id", "key", "last", "steady"):
-        values.setdefault(run_id, {})[key] = summary_value(key=key, last=last, steady=steady)
-    out: dict[int, dict[str, float]] = {}
-    for run in runs:
-        imported = {k: v for k, v in (run.final_metrics or {}).items() if _number(v)}
-        out[run.pk] = {**imported, **values.get(source_of[run.pk], {})}
-    return out
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    run reads the run it reuses: ``runs.presentation.final_values``)."""
+    return final_values(runs)[0]
 
 
 def compare(
@@ -73,7 +67,7 @@ def compare(
     metric = str(criteria.get("metric") or "")
     direction = criteria.get("direction") or "lower"
     threshold: Any = criteria.get("threshold")
-    if not metric or not _number(threshold):
+    if not metric or not is_number(threshold):
         return []
     baselines = {
         (run.entry.scale, run.entry.seed): run
@@ -104,29 +98,14 @@ def compare(
     return rows
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
-
-
-def _spread_cell(stats: dict[str, Any] | None) -> str:
-    if not stats:
-        return "–"
-    if stats["std"] is None:
-        return f"{stats['mean']:.4g} (1 seed)"
-    return f"{stats['mean']:.4g} ± {stats['std']:.2g}"
-
-
-def _delta_cell(group: dict[str, Any]) -> str:
+def _delta_cell(group: dict[str, Any], key: str) -> str:
     if group["delta"] is None:
         return "–"
+    text = delta_text(group["delta"], group["delta_se"], key)
     if group["delta_se"] is None:
-        return f"{group['delta']:+.4g} (no spread known)"
+        return f"{text} (no spread known)"
     noise = "inside the noise" if group["inside_noise"] else "outside the noise"
-    return f"{group['delta']:+.4g} ± {group['delta_se']:.2g} ({noise})"
+    return f"{text} ({noise})"
 
 
 def seeds_markdown(summary: dict[str, Any]) -> str:
@@ -149,9 +128,9 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
         "|---|---|---|" + "---|" * len(keys) + ("---|" if metric else ""),
     ]
     for group in summary["groups"]:
-        cells = [_spread_cell(group["stats"].get(key)) for key in keys]
+        cells = [spread_text(group["stats"].get(key), key) for key in keys]
         if metric:
-            cells.append("–" if group["is_baseline"] else _delta_cell(group))
+            cells.append("–" if group["is_baseline"] else _delta_cell(group, metric))
         lines.append(
             f"| {group['label']} | {group['scale'] or '–'} | {group['seeds']} | "
             + " | ".join(cells)
@@ -168,16 +147,16 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     ]
     reused = False
     for row in summary["runs"]:
-        overrides = ", ".join(f"{k}={v}" for k, v in row["overrides"].items()) or "baseline"
+        overrides = run_label(changes=row["overrides"])
         cells = []
         for key in keys:
-            cell = _fmt(row["metrics"].get(key))
+            cell = metric_text(row["metrics"].get(key), key)
             if row["cached_from"] and is_steady_state_key(key) and key in row["metrics"]:
                 cell += " (reused)"
                 reused = True
             cells.append(cell)
         lines.append(
-            f"| {row['run']} | {row['scale'] or '–'} | {_fmt(row['seed'])} | {overrides} | "
+            f"| {row['run']} | {row['scale'] or '–'} | {value_text(row['seed'])} | {overrides} | "
             f"{row['state']} | " + " | ".join(cells) + " |"
         )
     if any(is_steady_state_key(key) for key in keys):
@@ -207,7 +186,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         lines.append("")
         lines.append(
             f"Criterion: `{criteria['metric']}` {criteria.get('direction', 'lower')} by at "
-            f"least {criteria.get('threshold')} against the baseline. "
+            f"least {value_text(criteria.get('threshold'))} against the baseline. "
             f"Suggested verdict: **{summary['suggested_verdict']}**: "
             f"{summary['verdict_reason']}. A maintainer records the outcome."
         )
@@ -233,7 +212,7 @@ def plan_summarize(*, plan_id: int) -> dict[str, Any]:
     comparisons = compare(criteria=criteria, runs=runs, metrics=metrics)
     groups = variant_groups(runs=runs, metrics=metrics, keys=keys, criteria=criteria)
     metric, threshold = criteria.get("metric"), criteria.get("threshold")
-    if metric and _number(threshold):
+    if metric and is_number(threshold):
         verdict, reason = verdict_suggest(groups)
     else:
         verdict, reason = "not_evaluated", "the launch named no criterion"

@@ -8,8 +8,6 @@ entries in one, every run's metric summaries in one, the launch in one.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -19,12 +17,11 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.urls import reverse
 
-from runs import ladder, seeds
+from runs import ladder, presentation, seeds
 from runs.ladder import Ladder
-from runs.models import TERMINAL_RUN_STATES, MetricSummary, Plan, PlanLaunch, Run, RunState
+from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
 from runs.plans import canonical_json, flatten
 from runs.results import TABLE_KEYS
-from runs.steady import summary_value
 
 # Charts drawn by default, in this order, when a run has reported them; others can be added.
 CHART_KEYS_FIRST = (
@@ -55,7 +52,7 @@ FIXED_SORTS = ("run", "state", "progress", "attempt")
 class RunRow:
     run: Run
     axes: dict[str, Any]
-    diff: list[tuple[str, Any]]
+    changes: list[str]  # "key=value" against the baseline (runs.presentation)
     values: dict[str, float]
     metrics: list[tuple[str, float | None]]
     step: int | None
@@ -67,6 +64,14 @@ class RunRow:
         if self.step is None or not self.total_steps:
             return None
         return max(0, min(100, round(100 * self.step / self.total_steps)))
+
+    @property
+    def label(self) -> str:
+        """The run's label, as the charts and the PNG show it."""
+        entry = self.run.entry
+        return presentation.run_label(
+            changes=entry.diff or {}, scale=entry.scale, seed=entry.seed, sequence=self.run.sequence
+        )
 
     @property
     def log_url(self) -> str:
@@ -147,56 +152,6 @@ class RunTable:
         return options
 
 
-def run_label(run: Run) -> str:
-    """What tells a run from its siblings: its changes against the baseline, scale, seed."""
-    entry = run.entry
-    parts = [f"{k}={display(c.get('value'))}" for k, c in (entry.diff or {}).items()]
-    parts = parts or ["baseline"]
-    if entry.scale:
-        parts.append(entry.scale)
-    if entry.seed is not None:
-        parts.append(f"seed {entry.seed}")
-    return " · ".join(parts)
-
-
-def display(value: Any) -> str:
-    """An axis or config value as a short string (strings stay bare)."""
-    if value is None:
-        return "–"
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def final_values(
-    runs: Sequence[Run],
-) -> tuple[dict[int, dict[str, float]], dict[int, int], set[str]]:
-    """Each run's last value per key (throughput: its steady-state median) and its highest
-    step, in one query. A cached run reads the run it reuses; imported tracker summaries fill
-    keys that were never streamed."""
-    source_of = {run.pk: run.cached_from_id or run.pk for run in runs}
-    by_source: dict[int, dict[str, float]] = {}
-    steps: dict[int, int] = {}
-    for run_id, key, last, step, steady_median in MetricSummary.objects.filter(
-        run_id__in=set(source_of.values())
-    ).values_list("run_id", "key", "last", "step", "steady"):
-        by_source.setdefault(run_id, {})[key] = summary_value(
-            key=key, last=last, steady=steady_median
-        )
-        steps[run_id] = max(steps.get(run_id, step), step)
-    values: dict[int, dict[str, float]] = {}
-    progress: dict[int, int] = {}
-    for run in runs:
-        imported = {
-            k: float(v)
-            for k, v in (run.final_metrics or {}).items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        }
-        values[run.pk] = {**imported, **by_source.get(source_of[run.pk], {})}
-        if source_of[run.pk] in steps:
-            progress[run.pk] = steps[source_of[run.pk]]
-    logged = {key for metrics in by_source.values() for key in metrics}  # keys with points
-    return values, progress, logged
-
-
 def ordered_keys(keys: Iterable[str]) -> list[str]:
     present = set(keys)
     first = [k for k in CHART_KEYS_FIRST if k in present]
@@ -211,34 +166,18 @@ def job_url(run: Run) -> str:
 
 
 def plan_axes(plan: Plan | None) -> list[str]:
-    spec = (plan.spec if plan else None) or {}
-    axes = [str(name) for name in (spec.get("axes") or {})]
-    if spec.get("scales"):
-        axes.append("scale")
-    if spec.get("seeds"):
-        axes.append("seed")
-    return axes
-
-
-def _axis_values(run: Run, axes: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for axis in axes:
-        if axis == "scale":
-            out[axis] = run.entry.scale
-        elif axis == "seed":
-            out[axis] = run.entry.seed
-        else:
-            out[axis] = (run.config or {}).get(axis)
-    return out
+    return presentation.axis_names(plan.spec if plan else None)
 
 
 def _row(run: Run, axes: Sequence[str], values: dict[str, float], step: int | None) -> RunRow:
     total = (run.config or {}).get("steps")
-    diff = run.entry.diff or {}
+    entry = run.entry
     return RunRow(
         run=run,
-        axes=_axis_values(run, axes),
-        diff=[(key, change.get("value")) for key, change in diff.items()],
+        axes=presentation.axis_values(
+            axes, config=run.config or {}, scale=entry.scale, seed=entry.seed
+        ),
+        changes=presentation.change_parts(entry.diff or {}),
         values=values,
         metrics=[(key, values.get(key)) for key in TABLE_KEYS],
         step=step,
@@ -266,7 +205,7 @@ def _sort_key(sort: str, axes: Sequence[str], metric_keys: Sequence[str]) -> Any
                 return None
             if isinstance(raw, int | float) and not isinstance(raw, bool):
                 return (0, float(raw), "")
-            return (1, 0.0, display(raw))
+            return (1, 0.0, presentation.value_text(raw))
         else:
             value = run.pk
         return value
@@ -292,7 +231,7 @@ def rows_group(rows: list[RunRow], *, group: str) -> list[RunGroup]:
         return [RunGroup(label="", rows=rows)]
     groups: dict[str, RunGroup] = {}
     for row in rows:
-        label = f"{group} = {display(row.axes.get(group))}"
+        label = f"{group} = {presentation.value_text(row.axes.get(group))}"
         groups.setdefault(label, RunGroup(label=label, rows=[])).rows.append(row)
     return list(groups.values())
 
@@ -333,7 +272,7 @@ def run_table_build(
     ``extra_params`` go into every sort link (the compare page keeps its run ids)."""
     runs = list(runs)
     axes = plan_axes(plan)
-    values, steps, logged = final_values(runs)
+    values, steps, logged = presentation.final_values(runs)
     rows = [_row(run, axes, values[run.pk], steps.get(run.pk)) for run in runs]
     all_keys = ordered_keys(k for v in values.values() for k in v)
     metric_keys = list(TABLE_KEYS)

@@ -3,13 +3,12 @@ the scaling ladder; and the filters their templates format numbers and links wit
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django import template
 from django.urls import reverse
 
-from runs import run_table
+from runs import presentation, run_table
 from runs.ladder import (
     EXPONENT_STANDARD_ERRORS,
     IRREDUCIBLE_LAW,
@@ -60,46 +59,27 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
     }
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-
-
 @register.filter
 def metric(value: Any, key: str) -> str:
-    """A final metric as the table shows it: MFU in percent, tokens/s whole, losses to 4 places."""
-    if not _number(value):
-        return "–"
-    if key.endswith("mfu"):
-        return f"{100 * value:.1f}%"
-    if key.endswith("tokens_per_second"):
-        return f"{value:,.0f}"
-    if "fraction" in key:
-        return f"{value:.3f}"
-    return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+    """A final metric as the table shows it (``runs.presentation.metric_text``)."""
+    return presentation.metric_text(value, key)
 
 
 @register.filter
 def spread(group: Any, key: str) -> str:
-    """A variant's ``key`` over its seeds (a ``runs.seeds`` group): mean ± sample std."""
+    """A variant's ``key`` over its seeds (a ``runs.seeds`` group): mean ± sample std
+    (``runs.presentation.spread_text``)."""
     stats = (group.get("stats") or {}).get(key) if isinstance(group, dict) else None
-    if not isinstance(stats, dict) or not _number(stats.get("mean")):
-        return "–"
-    if not _number(stats.get("std")):
-        return f"{metric(stats['mean'], key)} (1 seed)"
-    return f"{metric(stats['mean'], key)} ± {metric(stats['std'], key)}"
+    return presentation.spread_text(stats, key)
 
 
 @register.filter
 def delta(group: Any, key: str) -> str:
-    """A variant's difference from the baseline, ± its standard error when it is known."""
-    value = group.get("delta") if isinstance(group, dict) else None
-    if value is None or not _number(value):
+    """A variant's difference from the baseline, ± its standard error when it is known
+    (``runs.presentation.delta_text``)."""
+    if not isinstance(group, dict):
         return "–"
-    sign = "+" if value > 0 else "−" if value < 0 else "±"
-    text = f"{sign}{metric(abs(value), key)}"
-    if _number(group.get("delta_se")):
-        text += f" ± {metric(group['delta_se'], key)}"
-    return text
+    return presentation.delta_text(group.get("delta"), group.get("delta_se"), key)
 
 
 @register.filter
@@ -110,14 +90,27 @@ def steady_key(key: Any) -> bool:
 
 @register.filter
 def sci(value: Any) -> str:
-    """Large counts (FLOPs) as 3.2e+18."""
-    return f"{value:.3g}" if _number(value) else "–"
+    """Large counts (FLOPs) as 3.2e+18 (``runs.presentation.flops_text``)."""
+    return presentation.flops_text(value)
 
 
 @register.filter
 def times(value: Any) -> str:
-    """A compute multiplier: 1.37 followed by a times sign."""
-    return f"{value:.2f}×" if _number(value) else "–"
+    """A compute multiplier: 1.37 followed by a times sign (``presentation.multiplier_text``)."""
+    return presentation.multiplier_text(value)
+
+
+@register.filter
+def exponent(fit: Any) -> str:
+    """A ladder fit's exponent ± its standard error (``runs.presentation.exponent_text``)."""
+    return presentation.exponent_text(
+        getattr(fit, "exponent", None), getattr(fit, "exponent_se", None)
+    )
+
+
+@register.filter
+def r_squared(value: Any) -> str:
+    return presentation.r_squared_text(value)
 
 
 @register.filter
@@ -129,4 +122,4 @@ def http_url(value: Any) -> str:
 
 @register.filter
 def config_value(value: Any) -> str:
-    return run_table.display(value)
+    return presentation.value_text(value)

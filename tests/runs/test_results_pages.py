@@ -93,7 +93,7 @@ def test_page_shows_run_table_with_diff_only_config_and_live_flag(
     assert f'data-run-id="{high.pk}" data-run-state="running"' in page
     assert f'data-run-id="{baseline.pk}" data-run-state="queued"' in page
     row = page.split(f'id="run-row-{high.pk}"')[1].split("</tr>")[0]
-    assert "capacity_factor=2.0" in row
+    assert "<code>capacity_factor=2</code>" in row  # as the charts write it, never 2.0
     assert "learning_rate" not in row  # the same as the baseline's: not shown
     assert "3.2500" in row and "25.0%" in row
     assert "8 / 12" in row  # progress: the highest step of the config's steps
@@ -271,7 +271,8 @@ def test_ladder_appears_for_a_plan_with_scales(
     assert 'id="ladder-chart" data-chart-key="ladder"' in page
     assert '<script id="ladder-data" type="application/json">' in page
     ladder_table = page.split('id="ladder-table"')[1].split("</table>")[0]
-    assert "capacity_factor=2.0" in ladder_table
+    assert "<code>capacity_factor=2</code>" in ladder_table  # as the run table writes it
+    assert "capacity_factor=2.0" not in ladder_table
     assert "plain power law" in ladder_table
     assert re.search(r'data-multiplier="2\.0000', ladder_table)
     assert 'data-throughput-ratio="0.8"' in ladder_table
@@ -297,7 +298,7 @@ def test_ladder_of_two_scales_states_no_multiplier_and_says_why(
     assert 'data-multiplier=""' in page.split('id="ladder-table"')[1]
     assert not re.search(r'data-multiplier="\d', page)
     refusals = page.split('id="ladder-refusals"')[1].split("</ul>")[0]
-    assert "<strong>capacity_factor=2.0</strong>: no multiplier, because" in refusals
+    assert "<strong>capacity_factor=2</strong>: no multiplier, because" in refusals
     assert "has 2 scales; a multiplier needs at least 3" in refusals
 
 

@@ -130,6 +130,25 @@ def test_plan_cancel_kills_queued_runs_and_stops_dispatch(recipe: Any) -> None:
     assert queue.runs_dispatch() == []
 
 
+def test_plan_cancel_kills_preempted_runs_and_asks_running_ones_once(recipe: Any) -> None:
+    plan = launched_plan(recipe)
+    running, preempted = Run.objects.filter(plan=plan).order_by("pk")
+    for run in (running, preempted):
+        queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    queue.run_transition(run_id=preempted.pk, to_state=RunState.PREEMPTED, door="worker")
+
+    assert services.plan_cancel(plan_id=plan.pk) == 2
+    assert services.plan_cancel(plan_id=plan.pk) == 0
+
+    running.refresh_from_db()
+    preempted.refresh_from_db()
+    assert (running.state, preempted.state) == (RunState.RUNNING, RunState.KILLED)
+    assert running.cancel_requested_at is not None
+    assert running.events.filter(verb="cancel_requested").count() == 1
+    assert preempted.events.get(verb="killed").from_state == RunState.PREEMPTED
+    assert PlanLaunch.objects.get(plan=plan).canceled_at is not None
+
+
 @pytest.mark.parametrize(("action", "state"), [("cancel", "queued"), ("retry", "failed")])
 def test_api_actions_need_a_maintainer(
     api_as: Any, recipe: Any, maintainer: Any, contributor: Any, action: str, state: str
@@ -197,10 +216,16 @@ def test_seeds_give_mean_std_and_delta_and_noise_makes_the_verdict_inconclusive(
     assert ablation["delta_se"] == pytest.approx((2 * 0.1**2 / 3) ** 0.5)
     markdown = summary["markdown"]
     assert "**Across seeds** (mean ± sample standard deviation" in markdown
-    assert "| baseline | – | 3 | 3 ± 0.1 | – |" in markdown
-    assert "| capacity_factor=2.0 | – | 3 | 2.98 ± 0.1 | -0.02 ± 0.082 (inside the noise) |" in (
-        markdown
+    # Numbers and labels as the pages write them (runs.presentation): a loss to 4 places,
+    # a true minus sign, the override as in the canonical config, never the diff's dict.
+    assert "| baseline | – | 3 | 3.0000 ± 0.1000 | – |" in markdown
+    assert (
+        "| capacity_factor=2 | – | 3 | 2.9800 ± 0.1000 | −0.0200 ± 0.0816 (inside the noise) |"
+        in markdown
     )
+    ablation_run = runs[(False, 0)]
+    assert f"| {ablation_run.pk} | – | 0 | capacity_factor=2 | finished |" in markdown
+    assert "'value'" not in markdown
     assert "Suggested verdict: **inconclusive**: every difference" in markdown
 
 
@@ -242,7 +267,7 @@ def test_cached_run_marks_its_reused_throughput(recipe: Any) -> None:
     summary = PlanLaunch.objects.get(plan=second).summary
     assert summary is not None
     assert all(row["cached_from"] for row in summary["runs"])
-    assert "| 1000 (reused) |" in summary["markdown"]
+    assert "| 1,000 (reused) |" in summary["markdown"]
     assert "*(reused)*: a cached run shows what the run it reuses measured" in summary["markdown"]
 
 
@@ -265,6 +290,6 @@ def test_summary_of_a_flat_ladder_states_no_multiplier_and_says_why(recipe: Any)
     assert [v["multiplier"] for v in ladder["variants"]] == [None, None]
     assert "below 0.9" in ladder["variants"][1]["refusals"][0]
     assert (
-        "capacity_factor=2.0: no multiplier, because the baseline's fit has R²"
+        "capacity_factor=2: no multiplier, because the baseline's fit has R²"
         in (summary["markdown"])
     )

@@ -83,7 +83,7 @@ def test_groups_hold_mean_std_and_delta_per_variant() -> None:
         "mean": pytest.approx(3.01),
         "std": pytest.approx(0.01),
     }
-    assert ablation["label"] == "capacity_factor=2.0"
+    assert ablation["label"] == "capacity_factor=2"  # as runs.presentation writes 2.0
     assert ablation["stats"]["train/loss"]["mean"] == pytest.approx(3.01)
     assert ablation["delta"] == pytest.approx(-0.1)
     assert ablation["delta_se"] == pytest.approx(math.sqrt(2 * 0.01**2 / 3))

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0004_recipe_executor'),
+        ('runs', '0005_timeline_event_columns_and_recipe_history'),
     ]
 
     operations = [
