@@ -281,11 +281,17 @@ class MetricPoint(models.Model):
 
 
 class MetricSummary(models.Model):
-    """Per-key last, min and max, kept as points arrive so tables never scan points."""
+    """Per-key last, min and max, kept as points arrive so tables never scan points; for
+    throughput keys also the steady-state median (``runs.steady``)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="summaries")
     key = models.CharField(max_length=200)
     last = models.FloatField()
+    steady = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Throughput keys: the median of the points after the recipe's warm-up.",
+    )
     min = models.FloatField()
     max = models.FloatField()
     step = models.BigIntegerField(help_text="The step of ``last``: the highest step seen.")

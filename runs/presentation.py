@@ -1,7 +1,10 @@
-"""How a run is shown: its label, its grid axes, a config value and its final values.
+"""How a run is shown: its label, its grid axes, a config value and its final values, and
+the numbers derived from them (spread over seeds, difference from the baseline, a ladder's
+exponent, R² and multipliers).
 
 One module, so that the run table, the charts' series (and the PNG drawn from them), the
-scaling ladder, the compare page and the result comment say the same thing the same way.
+scaling ladder, the seed table, the compare page and the result comment say the same thing
+the same way.
 A config value is written as in the config's canonical JSON (``runs.plans.canonical_json``),
 so an integral float is an integer: ``capacity_factor=1`` everywhere, never ``=1.0`` in one
 place and ``=1`` in another.
@@ -15,6 +18,7 @@ from typing import Any
 
 from runs.models import MetricSummary, Run
 from runs.plans import canonical_json
+from runs.steady import summary_value
 
 BASELINE_LABEL = "baseline"
 
@@ -85,16 +89,17 @@ def is_number(value: Any) -> bool:
 def final_values(
     runs: Sequence[Run],
 ) -> tuple[dict[int, dict[str, float]], dict[int, int], set[str]]:
-    """Each run's final value per key, its highest step, and the keys logged as points, in
-    one query. A cached run reads the run it reuses; imported tracker summaries fill keys
-    that were never streamed."""
+    """Each run's final value per key (throughput and MFU: the steady-state median,
+    ``runs.steady``), its highest step, and the keys logged as points, in one query. A
+    cached run reads the run it reuses; imported tracker summaries fill keys that were never
+    streamed."""
     source_of = {run.pk: run.cached_from_id or run.pk for run in runs}
     by_source: dict[int, dict[str, float]] = {}
     steps: dict[int, int] = {}
-    for run_id, key, last, step in MetricSummary.objects.filter(
+    for run_id, key, last, step, steady in MetricSummary.objects.filter(
         run_id__in=set(source_of.values())
-    ).values_list("run_id", "key", "last", "step"):
-        by_source.setdefault(run_id, {})[key] = last
+    ).values_list("run_id", "key", "last", "step", "steady"):
+        by_source.setdefault(run_id, {})[key] = summary_value(key=key, last=last, steady=steady)
         steps[run_id] = max(steps.get(run_id, step), step)
     values: dict[int, dict[str, float]] = {}
     progress: dict[int, int] = {}
@@ -118,3 +123,46 @@ def metric_text(value: Any, key: str) -> str:
     if "fraction" in key:
         return f"{value:.3f}"
     return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+
+
+def spread_text(stats: Mapping[str, Any] | None, key: str) -> str:
+    """A variant's ``key`` over its seeds (``runs.seeds``: mean and sample std), each number
+    written as ``metric_text`` writes the key: ``3.0100 ± 0.0141``, ``3.0100 (1 seed)``."""
+    if not isinstance(stats, Mapping) or not is_number(stats.get("mean")):
+        return "–"
+    if not is_number(stats.get("std")):
+        return f"{metric_text(stats['mean'], key)} (1 seed)"
+    return f"{metric_text(stats['mean'], key)} ± {metric_text(stats['std'], key)}"
+
+
+def delta_text(delta: Any, se: Any, key: str) -> str:
+    """A difference from the baseline with a true minus sign (U+2212), ± its standard error
+    when it is known: ``-0.3050 ± 0.0112`` is written with that sign."""
+    if not is_number(delta):
+        return "–"
+    sign = "+" if delta > 0 else "−" if delta < 0 else "±"
+    text = f"{sign}{metric_text(abs(delta), key)}"
+    if is_number(se):
+        text += f" ± {metric_text(se, key)}"
+    return text
+
+
+def exponent_text(exponent: Any, se: Any = None) -> str:
+    """A fitted power law's exponent, signed, ± its standard error when it is known."""
+    if not is_number(exponent):
+        return "–"
+    return f"{exponent:+.3f}" + (f" ± {se:.3f}" if is_number(se) else "")
+
+
+def r_squared_text(value: Any) -> str:
+    return f"{value:.3f}" if is_number(value) else "–"
+
+
+def multiplier_text(value: Any) -> str:
+    """A compute multiplier, throughput ratio or speedup: 1.37 and a times sign."""
+    return f"{value:.2f}×" if is_number(value) else "–"
+
+
+def flops_text(value: Any) -> str:
+    """A large count (FLOPs): ``3.2e+18``."""
+    return f"{value:.3g}" if is_number(value) else "–"

@@ -10,14 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.urls import reverse
 
-from runs import presentation
-from runs.ladder import Ladder, plan_ladder
+from runs import ladder, presentation, seeds
+from runs.ladder import Ladder
 from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
 from runs.plans import canonical_json, flatten
 from runs.results import TABLE_KEYS
@@ -120,6 +121,23 @@ class RunTable:
     def other_keys(self) -> list[str]:
         """Keys a chart can be added for: logged as points, not charted yet."""
         return [k for k in self.logged_keys if k not in self.chart_keys]
+
+    @cached_property
+    def seed_groups(self) -> list[dict[str, Any]]:
+        """Each variant at each scale over its seeds (``runs.seeds``), for the seed table."""
+        criteria = (self.launch.criteria if self.launch else None) or {}
+        present = [key for key in self.metric_keys if any(key in v for v in self.values.values())]
+        return seeds.variant_groups(
+            runs=[row.run for row in self.rows],
+            metrics=self.values,
+            keys=present,
+            criteria=criteria,
+        )
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the table has a variant with several seeds at one scale."""
+        return self.plan is not None and seeds.seeded(self.seed_groups)
 
     @property
     def metric_columns(self) -> list[Column]:
@@ -297,22 +315,19 @@ def ladder_metric(table: RunTable) -> str:
     """The loss the ladder plots: the launch's criterion if it is a loss, else eval/loss,
     else train/loss."""
     criterion = str(((table.launch.criteria if table.launch else None) or {}).get("metric") or "")
-    for key in (criterion, "eval/loss", "train/loss"):
-        if key and "loss" in key and key in table.all_keys:
-            return key
-    return "eval/loss"
+    return ladder.ladder_metric(criterion=criterion, keys=table.all_keys)
 
 
 def table_ladder(table: RunTable) -> Ladder | None:
     if table.plan is None:
         return None
-    ladder = plan_ladder(
+    found = ladder.plan_ladder(
         plan=table.plan,
         runs=[row.run for row in table.rows],
         values=table.values,
         metric=ladder_metric(table),
     )
-    return ladder if ladder is not None and any(v.points for v in ladder.variants) else None
+    return found if found is not None and any(v.points for v in found.variants) else None
 
 
 # --- compare: runs picked across plans -----------------------------------------------------

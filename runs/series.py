@@ -38,7 +38,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.urls import reverse
 
-from runs import presentation
+from runs import presentation, steady
 from runs.models import (
     TERMINAL_RUN_STATES,
     MetricPoint,
@@ -263,8 +263,12 @@ def series_refresh_key(*, run_id: int, key: str) -> bool:
             summary.count = int(buckets.count.sum())
             summary.min = float(buckets.low.min())
             summary.max = float(buckets.high.max())
+        if steady.is_steady_state_key(key):
+            summary.steady = steady.steady_median(
+                run_id=run_id, key=key, first_step=origin, last_step=int(summary.step)
+            )
         summary.stale_from = None
-        summary.save(update_fields=["count", "min", "max", "stale_from"])
+        summary.save(update_fields=["count", "min", "max", "steady", "stale_from"])
     return True
 
 

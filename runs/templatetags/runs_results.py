@@ -9,9 +9,24 @@ from django import template
 from django.urls import reverse
 
 from runs import presentation, run_table
+from runs.ladder import (
+    EXPONENT_STANDARD_ERRORS,
+    IRREDUCIBLE_LAW,
+    MIN_R_SQUARED,
+    MIN_SCALES_FOR_IRREDUCIBLE,
+    MIN_SCALES_FOR_MULTIPLIER,
+)
 from runs.models import Plan
+from runs.steady import is_steady_state_key
 
 register = template.Library()
+
+LADDER_RULES = {
+    "irreducible_from": MIN_SCALES_FOR_IRREDUCIBLE,
+    "min_scales": MIN_SCALES_FOR_MULTIPLIER,
+    "min_r_squared": MIN_R_SQUARED,
+    "exponent_se": f"{EXPONENT_STANDARD_ERRORS:g}",
+}
 
 
 def series_url(plan_id: int) -> str:
@@ -35,6 +50,8 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
         "launch": table.launch,
         "ladder": ladder,
         "ladder_data": ladder.chart_data() if ladder else None,
+        "ladder_rules": LADDER_RULES,
+        "irreducible_law": IRREDUCIBLE_LAW,
         "table_url": reverse("plan-run-table", kwargs={"plan_id": plan.pk}),
         "series_url": f"{series_url(plan.pk)}?{run_table.series_query(table.chart_keys)}",
         "png_url": reverse("plan-loss-png", kwargs={"plan_id": plan.pk}),
@@ -49,15 +66,51 @@ def metric(value: Any, key: str) -> str:
 
 
 @register.filter
+def spread(group: Any, key: str) -> str:
+    """A variant's ``key`` over its seeds (a ``runs.seeds`` group): mean ± sample std
+    (``runs.presentation.spread_text``)."""
+    stats = (group.get("stats") or {}).get(key) if isinstance(group, dict) else None
+    return presentation.spread_text(stats, key)
+
+
+@register.filter
+def delta(group: Any, key: str) -> str:
+    """A variant's difference from the baseline, ± its standard error when it is known
+    (``runs.presentation.delta_text``)."""
+    if not isinstance(group, dict):
+        return "–"
+    return presentation.delta_text(group.get("delta"), group.get("delta_se"), key)
+
+
+@register.filter
+def steady_key(key: Any) -> bool:
+    """Whether a metric key is summarised by its steady-state median (throughput, MFU)."""
+    return isinstance(key, str) and is_steady_state_key(key)
+
+
+@register.filter
 def sci(value: Any) -> str:
-    """Large counts (FLOPs) as 3.2e+18."""
-    return f"{value:.3g}" if presentation.is_number(value) else "–"
+    """Large counts (FLOPs) as 3.2e+18 (``runs.presentation.flops_text``)."""
+    return presentation.flops_text(value)
 
 
 @register.filter
 def times(value: Any) -> str:
-    """A compute multiplier: 1.37 followed by a times sign."""
-    return f"{value:.2f}×" if presentation.is_number(value) else "–"
+    """A compute multiplier: 1.37 followed by a times sign (``presentation.multiplier_text``)."""
+    return presentation.multiplier_text(value)
+
+
+@register.filter
+def exponent(fit: Any) -> str:
+    """A ladder fit's exponent ± its standard error (``runs.presentation.exponent_text``)."""
+    return presentation.exponent_text(
+        getattr(fit, "exponent", None), getattr(fit, "exponent_se", None)
+    )
+
+
+@register.filter
+def r_squared(value: Any) -> str:
+    return presentation.r_squared_text(value)
 
 
 @register.filter
