@@ -306,6 +306,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "ProposalStateEnum": "proposals.models.State",
+        "RunStateEnum": "runs.models.RunState",
+        "FailureKindEnum": "runs.models.FailureKind",
+    },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "marin_site.api_schema.document_refusals",

@@ -63,7 +63,7 @@ CHECKS = [
     checks.response_headers_conformance,
     checks.response_schema_conformance,
 ]
-EXAMPLES = 8  # per operation and identity; the suite's budget, not a ceiling of the tool
+EXAMPLES = 6  # per operation and identity; the suite's budget, not a ceiling of the tool
 
 pytestmark = pytest.mark.django_db
 
