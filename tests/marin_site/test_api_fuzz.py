@@ -17,12 +17,12 @@ import pytest
 import schemathesis
 from django.contrib.auth.models import User
 from django.core.signals import request_finished, request_started
+from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
 from rest_framework.authtoken.models import Token
 from schemathesis import checks, openapi
 
-from marin_site.wsgi import application
 from tests.factories import ProposalFactory, UserFactory
 
 TALLY: Counter[str] = Counter()  # requests and answers by status class, for SECURITY.md
@@ -54,7 +54,9 @@ def _read_and_close(app: Any) -> Any:
     return wsgi
 
 
-schema = openapi.from_wsgi("/api/schema/", _read_and_close(application))
+# Django's own WSGI handler, not marin_site.wsgi: that module prepares a production process
+# (Celery's producer pool, a frozen heap), which the rest of the suite must not inherit.
+schema = openapi.from_wsgi("/api/schema/", _read_and_close(get_wsgi_application()))
 
 CHECKS = [
     checks.not_a_server_error,
