@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
 
-from proposals.github import outbox
+from proposals.github.outbox.enqueue import outbox_comment_enqueue, outbox_proposal_changed
 from proposals.models import Proposal
 
 
@@ -21,7 +21,7 @@ def on_run_state_changed(sender: Any, *, plan_id: int, **kwargs: Any) -> None:
     with transaction.atomic():
         proposal = Proposal.objects.filter(plan_id=plan_id).first()
         if proposal is not None:
-            outbox.outbox_proposal_changed(proposal=proposal)  # the status comment's progress
+            outbox_proposal_changed(proposal=proposal)  # the status comment's progress
 
 
 def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kwargs: Any) -> None:
@@ -43,7 +43,5 @@ def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kw
         body += f"\n\n![Loss curves of the plan]({chart})"
         body += f"\n\nCurves, logs and every run: {link}"
         digest = hashlib.sha256(table.encode()).hexdigest()[:16]
-        outbox.outbox_comment_enqueue(
-            proposal=proposal, key=f"result:{plan_id}:{digest}", body=body
-        )
-        outbox.outbox_proposal_changed(proposal=proposal)
+        outbox_comment_enqueue(proposal=proposal, key=f"result:{plan_id}:{digest}", body=body)
+        outbox_proposal_changed(proposal=proposal)
