@@ -332,7 +332,7 @@ def proposal_transition(
     return proposal
 
 
-def proposal_plans_reconcile(**_signal: Any) -> dict[str, int]:
+def proposal_plans_reconcile() -> dict[str, int]:
     """Make good a plan hand-off that never happened: launch the plan of an approved
     proposal that has no launch, cancel the launched plan of a canceled or withdrawn one.
 

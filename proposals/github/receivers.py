@@ -1,7 +1,8 @@
 """What runs/ announces, turned into GitHub writes: status updates and the result comment.
 
 runs/ never imports proposals/; it sends signals after its transactions commit, and these
-receivers queue outbox rows in a transaction of their own.
+receivers queue outbox rows in a transaction of their own. Connected when
+``ProposalsConfig.ready()`` imports this module.
 """
 
 from __future__ import annotations
@@ -11,12 +12,15 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.dispatch import receiver
 from django.urls import reverse
 
 from proposals.github.outbox.enqueue import outbox_comment_enqueue, outbox_proposal_changed
 from proposals.models import Proposal
+from runs.signals import plan_finished, run_state_changed
 
 
+@receiver(run_state_changed, dispatch_uid="proposals.github.run_state_changed")
 def on_run_state_changed(sender: Any, *, plan_id: int, **kwargs: Any) -> None:
     with transaction.atomic():
         proposal = Proposal.objects.filter(plan_id=plan_id).first()
@@ -24,6 +28,7 @@ def on_run_state_changed(sender: Any, *, plan_id: int, **kwargs: Any) -> None:
             outbox_proposal_changed(proposal=proposal)  # the status comment's progress
 
 
+@receiver(plan_finished, dispatch_uid="proposals.github.plan_finished")
 def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kwargs: Any) -> None:
     """The result comment: the table of final metrics, the verdict it suggests and a link.
 
