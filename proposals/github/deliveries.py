@@ -21,10 +21,10 @@ from celery import shared_task
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
-from django.db import connection, transaction
+from django.db import transaction
 from django.utils import timezone
 
-from marin_site.db import server_binding_cursor
+from marin_site.db import row_insert_unless_present
 from marin_site.errors import DomainError
 from proposals.github.body import is_experiment
 from proposals.github.issues import (
@@ -47,29 +47,26 @@ logger = logging.getLogger(__name__)
 def delivery_store(*, delivery_id: str, event: str, action: str, body: str) -> bool:
     """Store a verified delivery as it came and nudge a worker; False when seen before.
 
-    This is the webhook's whole synchronous work, so it is one statement: the unique delivery
-    id does the dedupe (``ON CONFLICT DO NOTHING``, no exception and no savepoint), and the
-    body goes in as the JSON text GitHub signed, neither re-encoded here nor parsed by the
-    database (the drain parses it).
+    This is the webhook's whole synchronous work, so it is one statement on PostgreSQL: the
+    unique delivery id does the dedupe (``row_insert_unless_present``: no exception and no
+    savepoint), and the body goes in as the JSON text GitHub signed, neither re-encoded here
+    nor parsed by the database (the drain parses it).
     """
     if "\\u0000" in body:  # JSON allows NUL in strings; PostgreSQL's text, where they end, does not
         body = body.replace("\\u0000", "\\ufffd")
-    table = connection.ops.quote_name(WebhookDelivery._meta.db_table)
-    with server_binding_cursor() as cursor:  # the body as a parameter, not in the statement
-        cursor.execute(
-            f"INSERT INTO {table} "  # noqa: S608  (the table name is ours; values are parameters)
-            "(delivery_id, event, action, body, received_at, outcome, detail) "
-            "VALUES (%s, %s, %s, %s, %s, %s, '') ON CONFLICT (delivery_id) DO NOTHING RETURNING id",
-            [
-                delivery_id[:100],
-                event[:50],
-                action[:50],
-                body,
-                connection.ops.adapt_datetimefield_value(timezone.now()),
-                WebhookDelivery.Outcome.PENDING,
-            ],
-        )
-        created = cursor.fetchone() is not None
+    created = row_insert_unless_present(
+        model=WebhookDelivery,
+        unique="delivery_id",
+        values={
+            "delivery_id": delivery_id[:100],
+            "event": event[:50],
+            "action": action[:50],
+            "body": body,
+            "received_at": timezone.now(),
+            "outcome": WebhookDelivery.Outcome.PENDING,
+            "detail": "",
+        },
+    )
     if created:
         transaction.on_commit(deliveries_nudge, robust=True)
     return created
