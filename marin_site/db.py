@@ -32,6 +32,21 @@ def server_binding_cursor() -> Any:
     return connection.make_cursor(raw)
 
 
+def exclusive_for_transaction(name: str) -> bool:
+    """Take the named lock for the rest of the current transaction, without waiting; False
+    when another transaction holds it. For work that must run one at a time across worker
+    processes (the webhook drain keeps deliveries in the order they arrived).
+
+    PostgreSQL: a transaction-level advisory lock. Elsewhere True: SQLite's transactions
+    here begin IMMEDIATE, so writers already take turns for the whole database."""
+    if connection.vendor != "postgresql":
+        return True
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_xact_lock(hashtext(%s))", [name])
+        row = cursor.fetchone()
+    return bool(row and row[0])
+
+
 def row_insert_unless_present(*, model: type[Model], unique: str, values: dict[str, Any]) -> bool:
     """Insert one row of ``model`` unless a row with the same ``unique`` field exists; True
     when inserted. ``values`` maps field names to values; name every field without a

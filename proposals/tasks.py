@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from proposals.github.accounts import github_roles_sync
+from proposals.github.client import sync_enabled
 from proposals.github.deliveries import deliveries_left_behind, github_deliveries_drain
 from proposals.github.outbox.drain import github_outbox_drain, outbox_due_proposals
 
 
 @shared_task(name="proposals.github_outbox_reconcile", time_limit=60, soft_time_limit=50)
 def github_outbox_reconcile() -> int:
-    """Nudge every proposal with due writes, and deliveries left unprocessed (lost nudges)."""
+    """Nudge every proposal with due writes, and deliveries left unprocessed (lost nudges);
+    keep the GitHub roles bound to the ids of the configured logins."""
+    if sync_enabled():
+        github_roles_sync()
     due = outbox_due_proposals()
     for proposal_id in due:
         github_outbox_drain.apply_async(kwargs={"proposal_id": proposal_id})

@@ -24,8 +24,9 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from marin_site.db import row_insert_unless_present
+from marin_site.db import exclusive_for_transaction, row_insert_unless_present
 from marin_site.errors import DomainError
+from proposals.github.accounts import github_login
 from proposals.github.body import is_experiment
 from proposals.github.issues import (
     Result,
@@ -77,6 +78,7 @@ DRAIN_NUDGE_SECONDS = 30
 DRAIN_LINGER_SECONDS = 0.25
 DRAIN_NUDGE_MEMO_SECONDS = 0.1
 NUDGE_RETRY_SECONDS = 10  # after a failed publish, this process leaves the broker alone
+DRAIN_LOCK = "github-deliveries-drain"
 DRAIN_CHUNK = 10  # deliveries read from the database at a time
 
 
@@ -160,8 +162,13 @@ def deliveries_drain(*, batch: int = 50) -> tuple[int, bool]:
 def _drain_pending(batch: int) -> int:
     """Process what is pending now, in batches.
 
-    A batch is one transaction: its rows are locked together (rows another worker holds are
-    skipped, not waited for), each delivery that needs the database runs in its own
+    One drain at a time, whatever the number of workers: a batch's transaction first takes
+    the drain's lock, and a drain that finds it taken stops (the one holding it goes on, and
+    comes back while deliveries keep arriving). So deliveries are applied in the order they
+    arrived: a comment is never processed before the ``opened`` of its issue that came
+    first, only because another worker had that one in hand.
+
+    A batch is one transaction: its rows are locked together, each delivery that needs the database runs in its own
     savepoint so one failure stays its own, and the outcomes are written with one UPDATE per
     distinct outcome. Rows are read DRAIN_CHUNK at a time, so large payloads (up to 25 MB
     each) never sit in memory together, and which of a chunk's issues are linked to a
@@ -170,6 +177,8 @@ def _drain_pending(batch: int) -> int:
     done = 0
     while True:
         with transaction.atomic():
+            if not exclusive_for_transaction(DRAIN_LOCK):
+                return done
             pending = (
                 WebhookDelivery.objects.filter(outcome=WebhookDelivery.Outcome.PENDING)
                 .order_by("received_at", "pk")
@@ -282,7 +291,7 @@ def _triage(event: str, action: str, payload: dict[str, Any]) -> Result | None:
     repository = (payload.get("repository") or {}).get("full_name", "")
     if settings.GITHUB_REPOSITORY and repository.lower() != settings.GITHUB_REPOSITORY.lower():
         return ignored(f"repository {repository} is not {settings.GITHUB_REPOSITORY}")
-    sender = (payload.get("sender") or {}).get("login", "")
+    sender = github_login(payload.get("sender"))
     if settings.GITHUB_BOT_LOGIN and sender.lower() == settings.GITHUB_BOT_LOGIN.lower():
         return ignored("the site's own write")
     return None

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 from django.core.validators import URLValidator
 from django.db import IntegrityError, transaction
 from django.utils.dateparse import parse_datetime
@@ -22,7 +22,7 @@ from marin_site.doors import Door
 from marin_site.errors import DomainError
 from proposals import services
 from proposals.actions import ACTIONS
-from proposals.github.accounts import github_account
+from proposals.github.accounts import github_account, github_login
 from proposals.github.body import issue_fields
 from proposals.github.commands import commands_answer
 from proposals.github.outbox.enqueue import outbox_comment_enqueue, outbox_proposal_changed
@@ -57,16 +57,23 @@ def _issue_recipe() -> Recipe | None:
 
 
 def _safe_data(data: dict[str, str]) -> dict[str, str]:
-    """Drop what the model would refuse (a malformed URL), trim what is too long."""
+    """Drop what the model would refuse (a malformed or overlong URL), trim any other value
+    to its column, so one odd section never costs the issue its other fields."""
     clean = {}
     validate = URLValidator(schemes=["http", "https"])
     for key, value in data.items():
+        try:
+            limit = getattr(Proposal._meta.get_field(key), "max_length", None) or MAX_MARKDOWN
+        except FieldDoesNotExist:
+            limit = MAX_MARKDOWN
         if key in URL_FIELDS:
             try:
                 validate(value)
             except ValidationError:
                 continue
-        clean[key] = value[:MAX_MARKDOWN]
+            if len(value) > limit:
+                continue
+        clean[key] = value[:limit]
     return clean
 
 
@@ -77,7 +84,7 @@ def issue_labels(issue: dict[str, Any]) -> list[str]:
 def proposal_from_issue(*, issue: dict[str, Any]) -> Proposal:
     """An experiment issue opened on GitHub becomes a proposal linked to it."""
     user_data = issue.get("user") or {}
-    author = github_account(login=user_data.get("login", "ghost"), github_id=user_data.get("id"))
+    author = github_account(login=github_login(user_data), github_id=user_data.get("id"))
     recipe = _issue_recipe()
     if recipe is None:
         raise DomainError("No active recipe to attach issue proposals to (GITHUB_ISSUE_RECIPE).")
@@ -152,7 +159,7 @@ def proposal_apply_issue_edit(
         return ignored("nothing changed outside the site's block")
     if proposal.state not in ACTIONS["edit"].states:
         return ignored(f"a {proposal.get_state_display().lower()} proposal is not edited")
-    editor = github_account(login=sender.get("login", "ghost"), github_id=sender.get("id"))
+    editor = github_account(login=github_login(sender), github_id=sender.get("id"))
     services.proposal_update(proposal_id=proposal.pk, actor=editor, data=changes, door=Door.GITHUB)
     return applied("updated " + ", ".join(sorted(changes)))
 
@@ -174,7 +181,7 @@ def issue_event_apply(
         services.event_record(
             proposal=proposal,
             actor=None,
-            actor_label=f"@{sender.get('login', '')}",
+            actor_label=f"@{github_login(sender)}",
             verb=f"issue {action}",
             door=Door.GITHUB,
             message="Closing or reopening the issue says nothing about the outcome.",
@@ -187,7 +194,7 @@ def issue_event_apply(
         services.event_record(
             proposal=proposal,
             actor=None,
-            actor_label=f"@{sender.get('login', '')}",
+            actor_label=f"@{github_login(sender)}",
             verb=f"issue {action}",
             door=Door.GITHUB,
             message=f"GitHub issue #{number} was {action}; the proposal is no longer linked.",
@@ -232,7 +239,7 @@ def comment_event_apply(
     if action not in {"created", "edited"} or not body.strip():
         return ignored(f"issue_comment.{action} needs nothing here")
     user_data = comment.get("user") or {}
-    login = user_data.get("login", "ghost")
+    login = github_login(user_data)
     author = github_account(login=login, github_id=user_data.get("id"))
     try:
         with transaction.atomic():
@@ -260,7 +267,7 @@ def _comment_noted(proposal: Proposal, payload: dict[str, Any], verb: str, messa
     services.event_record(
         proposal=proposal,
         actor=None,
-        actor_label=f"@{sender.get('login', '')}"[:100],
+        actor_label=f"@{github_login(sender)}",
         verb=verb,
         door=Door.GITHUB,
         message=message,
