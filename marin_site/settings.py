@@ -43,7 +43,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "marin_site.apps.SiteAdminConfig",  # django.contrib.admin with the site's admin site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -31,3 +31,21 @@ rules.add_perm(RERUN_RUN, is_run_maintainer)
 rules.add_perm(RETRY_RUN, is_run_maintainer)
 rules.add_perm(IMPORT_METRICS, is_run_maintainer)
 rules.add_perm(MANAGE_RECIPES, is_run_maintainer)
+
+# The admin asks Django's permission names (marin_site/admin.py): maintainers open it for the
+# recipes they manage (added and edited through the recipe services' validation) and read the
+# plans and runs there. Nothing is deleted from the admin but by a superuser.
+rules.add_perm("runs", is_run_maintainer)
+rules.add_perm("runs.add_recipe", is_run_maintainer)
+rules.add_perm("runs.change_recipe", is_run_maintainer)
+for _model in (
+    "recipe",
+    "plan",
+    "planentry",
+    "planlaunch",
+    "run",
+    "runevent",
+    "metricsummary",
+    "metricseries",
+):
+    rules.add_perm(f"runs.view_{_model}", is_run_maintainer)
