@@ -27,3 +27,9 @@ def test_no_test_reads_beside_the_checkout() -> None:
         if path != Path(__file__).resolve() and OUTSIDE.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_every_module_bin_test_runs_on_sqlite_too_exists() -> None:
+    from tests.conftest import SQLITE_TOO
+
+    assert [path for path in SQLITE_TOO if not (REPOSITORY / path).is_file()] == []
