@@ -42,7 +42,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "executor": (str,),
     "is_active": (bool,),
 }
-TYPE_NAMES = {str: "text", int: "a number", dict: "a mapping", bool: "true or false"}
+TYPE_NAMES = {str: "text", int: "a whole number", dict: "a mapping", bool: "true or false"}
 
 
 class RecipeFileError(Exception):

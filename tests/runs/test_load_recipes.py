@@ -108,7 +108,7 @@ def test_an_invalid_file_is_refused_naming_the_file_and_field_and_nothing_is_wri
         ({k: v for k, v in TINY_MOE.items() if k != "title"}, "bad.yaml: title: is required"),
         ({**TINY_MOE, "default_config": [1, 2]}, "bad.yaml: default_config: must be a mapping"),
         ({**TINY_MOE, "is_active": "yes please"}, "bad.yaml: is_active: must be true or false"),
-        ({**TINY_MOE, "version": True}, "bad.yaml: version: must be text or a number"),
+        ({**TINY_MOE, "version": True}, "bad.yaml: version: must be text or a whole number"),
         ({**TINY_MOE, "name": "Tiny MoE!"}, "bad.yaml: name: "),
         ({**TINY_MOE, "executor": "slurm"}, "bad.yaml: executor: "),
         (
