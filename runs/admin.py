@@ -2,8 +2,13 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.db import models
+from django.http import HttpRequest
 
+from marin_site.admin import RecordedAdmin, TimelineAdmin
+from marin_site.doors import Door
 from runs.models import (
     MetricSeries,
     MetricSummary,
@@ -11,10 +16,12 @@ from runs.models import (
     PlanEntry,
     PlanLaunch,
     Recipe,
+    RecipeEvent,
     Run,
     RunEvent,
 )
-from runs.services import RECIPE_FIELDS, recipe_create, recipe_update, recipe_validate
+from runs.queue import run_event_record
+from runs.services import RECIPE_FIELDS, recipe_event_record, recipe_validate
 
 
 class RecipeAdminForm(forms.ModelForm):
@@ -37,25 +44,27 @@ class RecipeAdminForm(forms.ModelForm):
 
 
 @admin.register(Recipe)
-class RecipeAdmin(admin.ModelAdmin):
-    """Maintainers add and edit recipes here too; the writes go through the recipe services."""
+class RecipeAdmin(RecordedAdmin):
+    """Maintainers add and edit recipes here too: the form checks what the recipe services
+    check, and the edits go in the recipe's history, as edits on the site do."""
 
     form = RecipeAdminForm
     list_display = ["name", "version", "title", "executor", "is_active", "created_at"]
     list_filter = ["is_active", "executor"]
     search_fields = ["name", "title"]
 
-    def save_form(self, request: Any, form: Any, change: bool) -> Recipe:
-        data = {field: form.cleaned_data[field] for field in RECIPE_FIELDS}
-        if change:
-            return recipe_update(recipe=Recipe.objects.get(pk=form.instance.pk), data=data)
-        return recipe_create(actor=request.user, data=data)
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change and isinstance(request.user, User):
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
 
-    def save_model(self, request: Any, obj: Recipe, form: Any, change: bool) -> None:
-        """save_form has written it, through the services."""
-
-    def save_related(self, request: Any, form: Any, formsets: Any, change: bool) -> None:
-        """A recipe has no related rows, and its form was never saved as a ModelForm."""
+    def admin_event_record(
+        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+    ) -> None:
+        if not verb.startswith("deleted"):  # a deleted recipe takes its history with it
+            recipe_event_record(
+                recipe=obj, actor=request.user, verb=verb, door=Door.ADMIN, message=message
+            )
 
 
 class PlanEntryInline(admin.TabularInline):
@@ -88,10 +97,21 @@ class PlanLaunchAdmin(admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(RecordedAdmin):
+    """Admin edits of a run go on its timeline (and so on its proposal's)."""
+
     list_display = ["id", "plan", "state", "failure_kind", "executor", "attempt"]
     list_filter = ["state", "failure_kind", "executor"]
     raw_id_fields = ["plan", "entry"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    def admin_event_record(
+        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+    ) -> None:
+        if not verb.startswith("deleted"):  # a deleted run takes its timeline with it
+            run_event_record(
+                run=obj, verb=verb, door=Door.ADMIN, actor=request.user, message=message
+            )
 
 
 @admin.register(MetricSummary)
@@ -112,6 +132,14 @@ class MetricSeriesAdmin(admin.ModelAdmin):
 
 
 @admin.register(RunEvent)
-class RunEventAdmin(admin.ModelAdmin):
-    list_display = ["run", "verb", "created_at"]
-    raw_id_fields = ["run"]
+class RunEventAdmin(TimelineAdmin):
+    list_display = ["run", "verb", "door", "actor", "created_at"]
+    list_filter = ["door", "verb"]
+    raw_id_fields = ["run", "actor"]
+
+
+@admin.register(RecipeEvent)
+class RecipeEventAdmin(TimelineAdmin):
+    list_display = ["recipe", "verb", "door", "actor", "created_at"]
+    list_filter = ["door", "verb"]
+    raw_id_fields = ["recipe", "actor"]

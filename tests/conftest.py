@@ -29,6 +29,9 @@ SQLITE_TOO = (
     "tests/proposals/test_github_webhooks.py",  # the delivery store: ON CONFLICT, NUL, batches
     "tests/proposals/test_github_outbox.py",  # the outbox: ordering, locks, retries
     "tests/proposals/test_github_results.py",  # threads writing results and comments at once
+    "tests/marin_site/test_db.py",  # the PostgreSQL statements and their portable fallbacks
+    "tests/marin_site/test_hostile_input.py",  # NUL, surrogates, integers past 64 bits stored
+    "tests/runs/test_steady.py",  # the steady-state median: SQL on PostgreSQL, numpy elsewhere
 )
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +96,7 @@ def _fresh_cache() -> None:
     """Throttles and caches start empty in every test (and what a process remembers of them)."""
     from django.core.cache import cache
 
-    from proposals.github.services import nudge_memo_forget
+    from proposals.github.deliveries import nudge_memo_forget
 
     cache.clear()
     nudge_memo_forget()
