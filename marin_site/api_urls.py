@@ -4,6 +4,14 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from proposals.api import CommentViewSet, ProposalSearchView, ProposalViewSet, ReviewViewSet
+from runs.agent_api import (
+    AgentLeaseRenewView,
+    AgentLeaseReportView,
+    AgentPollView,
+    AgentRegisterView,
+    AgentRevokeView,
+    PoolViewSet,
+)
 from runs.api import (
     PlanPreviewView,
     PlanSeriesView,
@@ -22,6 +30,7 @@ router.register("reviews", ReviewViewSet, basename="review")
 router.register("comments", CommentViewSet, basename="comment")
 router.register("recipes", RecipeViewSet, basename="recipe")
 router.register("runs", RunViewSet, basename="run")
+router.register("pools", PoolViewSet, basename="pool")
 
 urlpatterns = [
     path("search/", ProposalSearchView.as_view(), name="proposal-search"),
@@ -34,5 +43,13 @@ urlpatterns = [
     path(
         "runs/<int:pk>/tracker-metrics/", RunTrackerImportView.as_view(), name="run-tracker-metrics"
     ),
+    # The agents' door (runs/agent_api.py): the agent's own credential, no session.
+    path("agent/register/", AgentRegisterView.as_view(), name="agent-register"),
+    path("agent/poll/", AgentPollView.as_view(), name="agent-poll"),
+    path("agent/leases/<int:lease_id>/renew/", AgentLeaseRenewView.as_view(), name="agent-renew"),
+    path(
+        "agent/leases/<int:lease_id>/report/", AgentLeaseReportView.as_view(), name="agent-report"
+    ),
+    path("agents/<int:agent_id>/revoke/", AgentRevokeView.as_view(), name="agent-revoke"),
     *router.urls,
 ]

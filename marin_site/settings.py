@@ -246,6 +246,15 @@ RUNS_METRICS_RATE_PER_MINUTE = int(os.environ.get("RUNS_METRICS_RATE_PER_MINUTE"
 RUNS_RECONCILE_SECONDS = float(os.environ.get("RUNS_RECONCILE_SECONDS", "30"))
 # Charts read downsampled series (runs/series.py), refreshed this long after metrics arrive.
 RUNS_SERIES_REFRESH_SECONDS = int(os.environ.get("RUNS_SERIES_REFRESH_SECONDS", "5"))
+# Pools and agents (runs/pools/): an agent's lease lasts this long unless renewed; a poll is
+# held at most RUNS_AGENT_POLL_SECONDS, looking at the database again at least every
+# RUNS_AGENT_RECHECK_SECONDS whatever the wake-ups say.
+RUNS_AGENT_LEASE_SECONDS = int(os.environ.get("RUNS_AGENT_LEASE_SECONDS", "60"))
+RUNS_AGENT_POLL_SECONDS = float(os.environ.get("RUNS_AGENT_POLL_SECONDS", "25"))
+RUNS_AGENT_RECHECK_SECONDS = float(os.environ.get("RUNS_AGENT_RECHECK_SECONDS", "5"))
+RUNS_AGENT_LOG_TAIL_BYTES = int(os.environ.get("RUNS_AGENT_LOG_TAIL_BYTES", "65536"))
+RUNS_AGENT_GRACE_SECONDS = float(os.environ.get("RUNS_AGENT_GRACE_SECONDS", "30"))
+RUNS_REGISTRATION_TOKEN_DAYS = int(os.environ.get("RUNS_REGISTRATION_TOKEN_DAYS", "7"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")  # unset: runs for `ray` wait in the queue
 RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
 CELERY_BEAT_SCHEDULE = {

@@ -363,7 +363,9 @@ def proposal_transition(
         update_fields += ["plan", "approved_hypothesis", "approved_criteria", "git_ref"]
         # The launch row commits with the approval (its expansion is nudged after commit),
         # so an approved plan is never left without one.
-        plan_launch(plan_id=proposal.plan.pk, criteria=dict(proposal.criteria))
+        plan_launch(
+            plan_id=proposal.plan.pk, criteria=dict(proposal.criteria), git_ref=proposal.git_ref
+        )
     elif action in {"cancel", "withdraw"} and proposal.plan_id is not None:
         # Set-based and in this transaction: the proposal and its plan stop together.
         plan_cancel(plan_id=proposal.plan_id, actor=actor, door=door)
@@ -411,7 +413,9 @@ def proposal_plans_reconcile(**_signal: Any) -> dict[str, int]:
             proposal = unlaunched.select_for_update(of=("self",)).filter(pk=proposal_id).first()
             if proposal is not None and proposal.plan_id is not None:
                 criteria = proposal.approved_criteria or proposal.criteria
-                plan_launch(plan_id=proposal.plan_id, criteria=dict(criteria))
+                plan_launch(
+                    plan_id=proposal.plan_id, criteria=dict(criteria), git_ref=proposal.git_ref
+                )
                 done["launched"] += 1
     for proposal_id in list(uncanceled.values_list("pk", flat=True)[:500]):
         with transaction.atomic():

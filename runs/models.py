@@ -13,7 +13,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.urls import reverse
 
-from runs.executors import EXECUTORS
+from runs.executors import EXECUTOR_NAME_MAX, validate_executor_name
 from runs.plans import RecipeSpec
 
 slug_validator = RegexValidator(
@@ -48,10 +48,15 @@ class Recipe(models.Model):
         default=dict, blank=True, help_text="Scale name -> config overrides (a scaling ladder)."
     )
     executor = models.CharField(
-        max_length=32,
+        max_length=EXECUTOR_NAME_MAX,
         blank=True,
-        choices=[(name, name) for name in EXECUTORS],
-        help_text="Where this recipe's runs go; blank: the site's default executor.",
+        validators=[validate_executor_name],
+        help_text="Where this recipe's runs go: local, ray or pool:<name>; blank: the site's default.",
+    )
+    time_limit_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="How long one attempt of a run may take; blank: the site's RUNS_TIME_LIMIT_SECONDS.",
     )
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
@@ -148,9 +153,17 @@ class PlanLaunch(models.Model):
     """
 
     plan = models.OneToOneField(Plan, on_delete=models.CASCADE, related_name="launch")
-    executor = models.CharField(max_length=32)
+    executor = models.CharField(max_length=EXECUTOR_NAME_MAX)
     command_template = models.TextField(
         max_length=2_000, help_text="The recipe's command as it was at launch."
+    )
+    time_limit_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The recipe's time limit as it was at launch."
+    )
+    git_ref = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="The code version pinned at approval; every job gets it.",
     )
     criteria = models.JSONField(default=dict, blank=True)
     max_concurrent_runs = models.PositiveIntegerField(null=True, blank=True)
@@ -213,8 +226,8 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="cached_by"
     )
     command = models.TextField(blank=True)
-    git_sha = models.CharField(max_length=64, blank=True)
-    executor = models.CharField(max_length=32, blank=True)
+    git_sha = models.CharField(max_length=255, blank=True, help_text="The pinned git ref.")
+    executor = models.CharField(max_length=EXECUTOR_NAME_MAX, blank=True)
     external_id = models.CharField(max_length=255, blank=True)
     attempt = models.PositiveIntegerField(default=1)
     max_attempts = models.PositiveIntegerField(default=3)
@@ -353,3 +366,7 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.verb} {self.from_state}->{self.to_state}"
+
+
+# Pools, agents and leases live in runs/pools/; imported here so Django registers them.
+from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401

@@ -31,3 +31,19 @@ rules.add_perm(RERUN_RUN, is_run_maintainer)
 rules.add_perm(RETRY_RUN, is_run_maintainer)
 rules.add_perm(IMPORT_METRICS, is_run_maintainer)
 rules.add_perm(MANAGE_RECIPES, is_run_maintainer)
+
+# Pools (runs/pools/): maintainers create and retire pools; a pool's owner (or a maintainer)
+# makes and revokes its registration tokens and revokes its agents.
+CREATE_POOL = "runs.create_pool"
+MANAGE_POOL = "runs.manage_pool"
+
+
+@rules.predicate
+def is_pool_owner(user: Any, pool: Any) -> bool:
+    if pool is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    return bool(pool.owner_id == user.pk)
+
+
+rules.add_perm(CREATE_POOL, is_run_maintainer)
+rules.add_perm(MANAGE_POOL, is_run_maintainer | is_pool_owner)

@@ -28,6 +28,7 @@ class RecipeSerializer(serializers.ModelSerializer):
             "compute_model",
             "scales",
             "executor",
+            "time_limit_seconds",
             "is_active",
             "created_at",
             "updated_at",

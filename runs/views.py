@@ -35,11 +35,27 @@ class RecipeForm(forms.ModelForm):
             "command_template",
             *JSON_FIELDS,
             "executor",
+            "time_limit_seconds",
             "is_active",
         ]
         widgets = {
             field: forms.Textarea(attrs={"rows": 8, "class": "mono"}) for field in JSON_FIELDS
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from runs.executors import EXECUTORS
+        from runs.pools.models import Pool
+
+        super().__init__(*args, **kwargs)
+        pools = Pool.objects.filter(retired_at__isnull=True).order_by("name")
+        choices = [("", "the site's default"), *((name, name) for name in EXECUTORS)]
+        choices += [(pool.executor, f"{pool.executor} (agents)") for pool in pools]
+        current = self.initial.get("executor") or ""
+        if current and current not in dict(choices):
+            choices.append((current, current))
+        self.fields["executor"] = forms.ChoiceField(
+            choices=choices, required=False, help_text=Recipe._meta.get_field("executor").help_text
+        )
 
 
 def recipe_list(request: HttpRequest) -> HttpResponse:
