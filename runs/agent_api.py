@@ -47,6 +47,12 @@ class AgentDoor(APIView):
     def get_authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="agent"'
 
+    def handle_exception(self, exc: Exception) -> Response:
+        response = super().handle_exception(exc)
+        if response.status_code == 401:  # services.AgentUnauthorized, a domain error
+            response["WWW-Authenticate"] = self.get_authenticate_header(self.request)
+        return response
+
     def agent(self, request: Request) -> Agent:
         return services.agent_authenticate(credential=_bearer(request))
 

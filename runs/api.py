@@ -99,7 +99,14 @@ def _runner_run(request: Request, run_id: int) -> Run:
     if scheme.lower() != "bearer" or not token:
         raise NotAuthenticated("Send the run's token: 'Authorization: Bearer <token>'.")
     run = selectors.runner_run(run_id=run_id)
-    if run is None or not queue.run_token_matches(run=run, token=token.strip()):
+    if run is None:
+        raise PermissionDenied("This token does not belong to this run.")
+    if not queue.run_token_matches(run=run, token=token.strip()):
+        if attempt := queue.run_token_superseded(run=run, token=token.strip()):
+            raise queue.TokenSuperseded(
+                f"This token is of attempt {attempt} of run {run.pk}, which is over (the run "
+                f"is on attempt {run.attempt}); nothing it sends is taken."
+            )
         raise PermissionDenied("This token does not belong to this run.")
     return run
 

@@ -211,6 +211,12 @@ def run_token_matches(*, run: Run, token: str) -> bool:
     return bool(run.token_hash) and hmac.compare_digest(token_hash(token), run.token_hash)
 
 
+class TokenSuperseded(DomainError):
+    """A token of an attempt that is over (its lease was lost, its run requeued): 409."""
+
+    status_code = 409
+
+
 def run_token_superseded(*, run: Run, token: str) -> int:
     """The earlier attempt of ``run`` whose token this is (its lease or job is over), or 0.
 
