@@ -139,8 +139,9 @@ def oom_counter() -> tuple[int | None, str]:
     candidates = []
     for line in lines:
         _, controllers, path = line.split(":", 2)
-        if controllers == "":  # cgroup v2
-            candidates.append(Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.events")
+        if controllers == "":  # cgroup v2, mounted alone or beside v1 ("hybrid")
+            for root in ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"):
+                candidates.append(Path(root) / path.lstrip("/") / "memory.events")
         elif "memory" in controllers.split(","):  # cgroup v1
             base = Path("/sys/fs/cgroup/memory") / path.lstrip("/")
             candidates.append(base / "memory.oom_control")

@@ -171,8 +171,8 @@ def test_two_agents_run_a_plan_and_survive_one_of_them_dying(
         try:
             wait_for(plan_done, timeout=180, every=1.0)
         except AssertionError:
-            runs = list(Run.objects.values_list("pk", "state", "attempt", "state_reason"))
-            raise AssertionError(f"{runs}\n{agents[1].output()[-3000:]}") from None
+            seen = list(Run.objects.values_list("pk", "state", "attempt", "state_reason"))
+            raise AssertionError(f"{seen}\n{agents[1].output()[-3000:]}") from None
 
         runs = list(Run.objects.filter(plan_id=plan_id))
         assert len(runs) == 6

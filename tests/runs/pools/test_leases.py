@@ -4,6 +4,7 @@ happens when a lease is lost, abandoned or revoked."""
 from __future__ import annotations
 
 import signal
+from functools import partial
 from typing import Any
 
 import pytest
@@ -94,7 +95,7 @@ def test_agents_leasing_at_once_never_share_a_run(recipe: Any) -> None:
     plan = offered_plan(recipe, pool)
     agents = [make_agent(pool, f"host-{i}")[0] for i in range(6)]
 
-    workers = [Worker(lambda a=a: leases.lease_acquire(agent=a), f"agent-{a.pk}") for a in agents]
+    workers = [Worker(partial(leases.lease_acquire, agent=a), f"agent-{a.pk}") for a in agents]
     for worker in workers:
         worker.start()
     got = [worker.outcome() for worker in workers]
