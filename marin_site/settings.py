@@ -254,6 +254,10 @@ RUNS_AGENT_POLL_SECONDS = float(os.environ.get("RUNS_AGENT_POLL_SECONDS", "25"))
 RUNS_AGENT_RECHECK_SECONDS = float(os.environ.get("RUNS_AGENT_RECHECK_SECONDS", "5"))
 RUNS_AGENT_LOG_TAIL_BYTES = int(os.environ.get("RUNS_AGENT_LOG_TAIL_BYTES", "65536"))
 RUNS_AGENT_GRACE_SECONDS = float(os.environ.get("RUNS_AGENT_GRACE_SECONDS", "30"))
+# A claimed run (executed by hand) may stay silent this long before it is crashed.
+RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = int(
+    os.environ.get("RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS", "3600")
+)
 RUNS_REGISTRATION_TOKEN_DAYS = int(os.environ.get("RUNS_REGISTRATION_TOKEN_DAYS", "7"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")  # unset: runs for `ray` wait in the queue
 RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")

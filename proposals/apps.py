@@ -35,3 +35,6 @@ class ProposalsConfig(AppConfig):
         run_signals.reconcile_pass.connect(
             services.proposal_plans_reconcile, dispatch_uid="proposals.plans_reconcile"
         )
+        run_signals.plan_owners.connect(
+            services.proposal_plan_owners, dispatch_uid="proposals.plan_owners"
+        )

@@ -427,6 +427,16 @@ def proposal_plans_reconcile(**_signal: Any) -> dict[str, int]:
     return done
 
 
+def proposal_plan_owners(*, plan_id: int, **_signal: Any) -> list[int]:
+    """Who answers for a plan (``runs.signals.plan_owners``): the author of the approved
+    proposal it came from, who may claim its queued runs to execute elsewhere."""
+    return list(
+        Proposal.objects.filter(plan_id=plan_id, state=State.APPROVED).values_list(
+            "author_id", flat=True
+        )
+    )
+
+
 @transaction.atomic
 def review_submit(
     *,

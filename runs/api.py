@@ -22,7 +22,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
-from runs import metrics, queue, selectors, series, services
+from runs import claims, metrics, queue, selectors, series, services
 from runs import permissions as run_perms
 from runs.executors import get_executor
 from runs.models import Run
@@ -150,6 +150,38 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
     def retry(self, request: Request, pk: str) -> Response:
         return self._maintainer_action(request, run_perms.RETRY_RUN, queue.run_retry)
 
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["post"])
+    def claim(self, request: Request, pk: str) -> Response:
+        """Claim a queued run to execute by hand: ``{"where": "our lab, 8xA100"}``. Answers
+        the exact command, the resolved config and the run's token, once."""
+        run = self.get_object()
+        data = request.data if isinstance(request.data, dict) else {}
+        claim = claims.run_claim(
+            run_id=run.pk, actor=request.user, where=data.get("where"), door=queue.Door.API
+        )
+        return Response(
+            {
+                "run": RunSerializer(claim.run).data,
+                "token": claim.token,
+                "api_url": claim.env["RUN_API_URL"],
+                "env": claim.env,
+                "command": claim.command,
+                "config": claim.run.config,
+                "config_hash": claim.run.config_hash,
+                "config_file": claim.config_file,
+            },
+            status=201,
+        )
+
+    @extend_schema(request=None, responses=RunSerializer)
+    @action(detail=True, methods=["post"], url_path="give-back")
+    def give_back(self, request: Request, pk: str) -> Response:
+        run = claims.run_claim_release(
+            run_id=self.get_object().pk, actor=request.user, door=queue.Door.API
+        )
+        return Response(RunSerializer(run).data)
+
     @extend_schema(parameters=[OpenApiParameter("key", str), OpenApiParameter("points", int)])
     @action(detail=True, methods=["get"])
     def series(self, request: Request, pk: str) -> Response:
@@ -245,6 +277,20 @@ class RunStatusView(RunnerView):
             actor_label="runner",
         )
         return Response({"state": run.state})
+
+
+class RunConfigView(RunnerView):
+    """``POST {"config": {...}}``: the config the run used; a hash other than the plan's
+    resolved config's is flagged on the run."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = _runner_run(request, pk)
+        data = request.data if isinstance(request.data, dict) else {}
+        run = claims.run_report_config(run=run, config=data.get("config"))
+        return Response(
+            {"config_hash": run.reported_config_hash, "matches_plan": not run.config_mismatch}
+        )
 
 
 class RunTrackerImportView(APIView):

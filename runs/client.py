@@ -153,6 +153,13 @@ class RunClient:
         body = json.dumps({"state": state, "failure_kind": failure_kind, "message": message[:2000]})
         self._post_with_retry("status/", body.encode(), time.monotonic() + self.retry_for)
 
+    def report_config(self, config: dict[str, Any]) -> bool:
+        """Say which config the job really used; False when it is not the plan's (the site
+        keeps its hash and flags the run)."""
+        body = json.dumps({"config": config}).encode()
+        answer = self._post("config/", body)
+        return bool(answer.get("matches_plan"))
+
     def import_tracker_metrics(self, jsonl: str) -> None:
         """Send a ``tracker_metrics.jsonl`` (config and summary) as the run's final summary."""
         body = json.dumps({"jsonl": jsonl}).encode()

@@ -246,6 +246,17 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     final_metrics = models.JSONField(default=dict, blank=True)
     tracker_config = models.JSONField(null=True, blank=True)
+    # An external run: claimed by a person to execute by hand, elsewhere (runs/claims.py).
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_where = models.CharField(
+        max_length=200, blank=True, help_text="Where the claimant says it runs."
+    )
+    reported_config_hash = models.CharField(
+        max_length=64, blank=True, help_text="The hash of the config the run says it used."
+    )
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
@@ -270,6 +281,11 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_RUN_STATES
+
+    @property
+    def config_mismatch(self) -> bool:
+        """The run reported a config other than the plan's resolved one."""
+        return bool(self.reported_config_hash) and self.reported_config_hash != self.config_hash
 
 
 class MetricPoint(models.Model):

@@ -47,3 +47,24 @@ def is_pool_owner(user: Any, pool: Any) -> bool:
 
 rules.add_perm(CREATE_POOL, is_run_maintainer)
 rules.add_perm(MANAGE_POOL, is_run_maintainer | is_pool_owner)
+
+# External runs (runs/claims.py): a maintainer, or whoever answers for the run's plan (the
+# author of its approved proposal, as ``runs.signals.plan_owners`` tells), claims a queued
+# run to execute by hand.
+CLAIM_RUN = "runs.claim_run"
+
+
+@rules.predicate
+def answers_for_the_plan(user: Any, run: Any) -> bool:
+    from runs.models import Plan
+    from runs.signals import plan_owners
+
+    if run is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    for _receiver, owners in plan_owners.send_robust(sender=Plan, plan_id=run.plan_id):
+        if isinstance(owners, list | tuple | set | frozenset) and user.pk in owners:
+            return True
+    return False
+
+
+rules.add_perm(CLAIM_RUN, is_run_maintainer | answers_for_the_plan)

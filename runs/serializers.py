@@ -193,6 +193,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
 
 
 class RunDetailSerializer(RunSerializer):
+    claimed_by = serializers.CharField(source="claimed_by.username", default=None, read_only=True)
     summaries = MetricSummarySerializer(many=True, read_only=True)
     events = RunEventSerializer(many=True, read_only=True)
 
@@ -208,6 +209,11 @@ class RunDetailSerializer(RunSerializer):
             "secret_env_names",
             "final_metrics",
             "tracker_config",
+            "claimed_by",
+            "claimed_at",
+            "claim_where",
+            "reported_config_hash",
+            "config_mismatch",
             "summaries",
             "events",
         ]

@@ -51,6 +51,10 @@ def get_executor(name: str) -> Executor:
         from runs.executors.pool import PoolExecutor
 
         return PoolExecutor(pool)
+    if name == "external":  # claimed runs, executed by hand (runs/claims.py); never a target
+        from runs.executors.external import ExternalExecutor
+
+        return ExternalExecutor()
     raise ExecutorError(
         f"Unknown executor '{name[:60]}'; known: {', '.join(EXECUTORS)} and pool:<name>."
     )

@@ -132,7 +132,7 @@ def test_the_agent_and_the_client_are_served_as_standard_library_files(name: str
 
     assert response.status_code == 200
     assert response["Content-Type"].startswith("text/x-python")
-    source = b"".join(response.streaming_content).decode()
+    source = response.getvalue().decode()
     imported = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
@@ -147,3 +147,26 @@ def test_every_page_links_the_agent_program() -> None:
 
     assert 'href="/agent/marin-site-agent.py"' in text
     assert 'href="/pools/"' in text
+
+
+def test_a_run_page_shows_its_attempts_on_agents_and_its_pinned_code(
+    recipe: Any, owner: User
+) -> None:
+    from tests.runs.pools.pool_helpers import expire
+
+    pool = make_pool(owner)
+    offered_plan(recipe, pool, ONE_RUN, git_ref="feedface" * 5)
+    first, _ = make_agent(pool, "box-one")
+    second, _ = make_agent(pool, "box-two")
+    lease = leases.lease_acquire(agent=first)
+    assert lease is not None
+    expire(lease)
+    leases.leases_expire_stale()
+    assert leases.lease_acquire(agent=second) is not None
+
+    text = Client().get(f"/runs/{lease.run_id}/").content.decode()
+
+    assert "Attempts on agents" in text
+    assert "box-one" in text and "box-two" in text and "lost" in text
+    assert "feedfacefeedfac" in text
+    assert "attempt 2 of 3" in text
