@@ -37,6 +37,7 @@ def approved(contributor: Any, maintainer: Any, recipe: Any) -> Proposal:
 
 
 def the_run(proposal: Proposal) -> Run:
+    assert proposal.plan_id is not None
     return Run.objects.get(plan_id=proposal.plan_id)
 
 
