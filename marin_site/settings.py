@@ -254,6 +254,8 @@ RUNS_AGENT_POLL_SECONDS = float(os.environ.get("RUNS_AGENT_POLL_SECONDS", "25"))
 RUNS_AGENT_RECHECK_SECONDS = float(os.environ.get("RUNS_AGENT_RECHECK_SECONDS", "5"))
 RUNS_AGENT_LOG_TAIL_BYTES = int(os.environ.get("RUNS_AGENT_LOG_TAIL_BYTES", "65536"))
 RUNS_AGENT_GRACE_SECONDS = float(os.environ.get("RUNS_AGENT_GRACE_SECONDS", "30"))
+# Agents' requests using the database at once, per server process (held polls use none).
+RUNS_AGENT_DB_SLOTS = int(os.environ.get("RUNS_AGENT_DB_SLOTS", "8"))
 # A claimed run (executed by hand) may stay silent this long before it is crashed.
 RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = int(
     os.environ.get("RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS", "3600")

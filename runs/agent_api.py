@@ -20,7 +20,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from runs import permissions as run_perms
-from runs.pools import leases, services
+from runs.pools import leases, services, wakeup
 from runs.pools.models import Agent, Pool
 
 MAX_WAIT_SECONDS = 60
@@ -46,6 +46,10 @@ class AgentDoor(APIView):
 
     def get_authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="agent"'
+
+    def dispatch(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        with wakeup.database_slot():  # a held poll gives its slot up while it waits
+            return super().dispatch(request, *args, **kwargs)
 
     def handle_exception(self, exc: Exception) -> Response:
         response = super().handle_exception(exc)

@@ -242,9 +242,12 @@ def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
             return lease
         if not connection.in_atomic_block:
             connection.close()  # 200 waiting agents must not hold 200 database connections
-        wakeup.wait_for_work(
-            pool, since=since, timeout=min(remaining, float(settings.RUNS_AGENT_RECHECK_SECONDS))
-        )
+        with wakeup.slot_given_up():
+            wakeup.wait_for_work(
+                pool,
+                since=since,
+                timeout=min(remaining, float(settings.RUNS_AGENT_RECHECK_SECONDS)),
+            )
 
 
 def lease_offer(*, lease: Lease) -> dict[str, Any]:

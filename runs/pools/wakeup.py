@@ -15,11 +15,14 @@ offering process wakes its own waiters after commit; others find the work on the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, connections, transaction
 
 logger = logging.getLogger(__name__)
@@ -114,6 +117,56 @@ def stop_listening() -> None:
             _listener.join(timeout=10)
             _listener = None
             _stop.clear()
+
+
+_slots_lock = threading.Lock()
+_slots: threading.BoundedSemaphore | None = None
+_holding = threading.local()
+
+
+def _semaphore() -> threading.BoundedSemaphore:
+    global _slots  # noqa: PLW0603  (one per process, sized from settings on first use)
+    with _slots_lock:
+        if _slots is None:
+            _slots = threading.BoundedSemaphore(max(1, int(settings.RUNS_AGENT_DB_SLOTS)))
+        return _slots
+
+
+@contextlib.contextmanager
+def database_slot() -> Iterator[None]:
+    """Hold one of this process's RUNS_AGENT_DB_SLOTS for an agent's request, and close its
+    database connection after: however many agents wait in held polls (one thread each),
+    at most that many of them use the database at once, so 200 agents never open 200
+    connections. ``lease_wait`` gives the slot up while it waits."""
+    slots = _semaphore()
+    slots.acquire()
+    _holding.slot = True
+    try:
+        yield
+    finally:
+        _holding.slot = False
+        slots.release()
+        if not connection.in_atomic_block:
+            connection.close()
+
+
+@contextlib.contextmanager
+def slot_given_up() -> Iterator[None]:
+    """Inside ``database_slot``: let another request have the slot (and close this one's
+    connection) while this one waits; take a slot again before it goes on."""
+    if not getattr(_holding, "slot", False):
+        yield
+        return
+    if not connection.in_atomic_block:
+        connection.close()
+    slots = _semaphore()
+    _holding.slot = False
+    slots.release()
+    try:
+        yield
+    finally:
+        slots.acquire()
+        _holding.slot = True
 
 
 def work_offered(pool: str) -> None:

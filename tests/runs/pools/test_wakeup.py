@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 
 from runs import queue
 from runs.pools import leases, wakeup
@@ -72,3 +73,43 @@ def test_a_poll_with_nothing_to_do_returns_empty_after_its_wait(settings: Any) -
 
     assert lease is None
     assert 0.9 < waited < 3
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="pg_stat_activity is PostgreSQL's")
+def test_held_polls_hold_no_database_connections(live_server: Any, settings: Any) -> None:
+    """Twelve agents in held polls, through the live server: while they wait, the server
+    holds its listener's connection and nothing else."""
+    import json
+    import threading
+    import urllib.request
+
+    settings.RUNS_AGENT_RECHECK_SECONDS = 30
+    pool = make_pool(User.objects.create_user("olga"))
+    credentials = [make_agent(pool, f"host-{i}")[1] for i in range(12)]
+    answers: list[int] = []
+
+    def poll(credential: str) -> None:
+        request = urllib.request.Request(  # noqa: S310
+            f"{live_server.url}/api/v1/agent/poll/",
+            data=json.dumps({"wait": 3}).encode(),
+            method="POST",
+            headers={"Authorization": f"Bearer {credential}", "Content-Type": "application/json"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310
+            answers.append(response.status)
+
+    threads = [threading.Thread(target=poll, args=(c,)) for c in credentials]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.5)  # every poll is waiting now
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+            "AND pid <> pg_backend_pid()"
+        )
+        others = cursor.fetchone()[0]
+    for thread in threads:
+        thread.join()
+
+    assert answers == [204] * 12
+    assert others <= 2, others  # the listener (and at most one request between two looks)
