@@ -118,6 +118,12 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # The site's queries are short; PostgreSQL's JIT compiles the ones it costs high (the
     # search's subqueries) for longer than they take to run.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
+    # A pool of this many connections per process (psycopg_pool), for a server whose threads
+    # each take a connection for one request and give it back (the agents' door, README):
+    # no connection is opened per request, and no more than this are ever open.
+    if pool_size := int(os.environ.get("DATABASE_POOL_SIZE", "0")):
+        DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 1, "max_size": pool_size}
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool needs it so
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

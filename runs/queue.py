@@ -358,7 +358,9 @@ def runs_dispatch() -> list[int]:
     Locks the launches with queued runs (in id order), so two dispatchers never both fill
     the same free slot. Jobs are submitted after the transaction commits.
     """
-    with_queued = Run.objects.filter(state=RunState.QUEUED).values("plan_id")
+    # Runs offered to a pool already hold their slots: only the others wait for a decision.
+    waiting_runs = Run.objects.filter(state=RunState.QUEUED, dispatched_at__isnull=True)
+    with_queued = waiting_runs.values("plan_id")
     launches = list(
         PlanLaunch.objects.select_for_update()
         .filter(canceled_at__isnull=True, plan_id__in=with_queued)
@@ -370,13 +372,14 @@ def runs_dispatch() -> list[int]:
     capacity = _capacity(list(by_plan))
     plans = {p.pk: p for p in Plan.objects.filter(pk__in=by_plan)}
     queued = (
-        Run.objects.filter(plan_id__in=by_plan, state=RunState.QUEUED)
+        waiting_runs.filter(plan_id__in=by_plan)
         .order_by("plan_id", "entry__index", "sequence")
         .select_related("entry")
     )
     started: list[int] = []
     unavailable: dict[str, str] = {}  # executor -> why it takes no runs now ("" if it does)
     limits: dict[str, int] = {}
+    to_offer: list[Run] = []
     waiting: dict[str, list[int]] = {}  # reason -> runs to say it on, one UPDATE per reason
     for run in queued:
         if run.cancel_requested_at is not None or run.dispatched_at is not None:
@@ -405,16 +408,72 @@ def runs_dispatch() -> list[int]:
             if run.state_reason != reason:
                 waiting.setdefault(reason, []).append(run.pk)
             continue
-        if run_start(run_id=run.pk) is not None:
+        if is_pull_executor(run.executor):
+            to_offer.append(run)  # offered in bulk below: agents lease them
+        elif run_start(run_id=run.pk) is not None:
             started.append(run.pk)
-            capacity.executor_running[run.executor] = (
-                capacity.executor_running.get(run.executor, 0) + 1
-            )
-            capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + 1
-            capacity.plan_spent[run.plan_id] = spent + run.accelerator_hours
+        else:
+            continue
+        capacity.executor_running[run.executor] = capacity.executor_running.get(run.executor, 0) + 1
+        capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + 1
+        capacity.plan_spent[run.plan_id] = spent + run.accelerator_hours
+    started += _runs_offer(to_offer)
     for reason, run_ids in waiting.items():
         Run.objects.filter(pk__in=run_ids, state=RunState.QUEUED).update(state_reason=reason)
     return started
+
+
+def _runs_offer(runs: list[Run]) -> list[int]:
+    """Offer queued runs to their pools' agents, a few statements per pool however many
+    runs (a 256-run plan is offered in one UPDATE, one bulk insert of events and one
+    NOTIFY), inside the dispatcher's transaction. A plan whose command template cannot be
+    filled goes through ``run_start``, which fails its runs saying why."""
+    from runs.pools import wakeup
+
+    broken: set[int] = set()
+    for first in {run.plan_id: run for run in runs}.values():
+        try:
+            run_command(run=first, python=PYTHON_PLACEHOLDER)
+        except DomainError:
+            broken.add(first.plan_id)
+    offered: list[int] = []
+    by_executor: dict[str, list[int]] = {}
+    for run in runs:
+        if run.plan_id in broken:
+            run_start(run_id=run.pk)
+        else:
+            by_executor.setdefault(run.executor, []).append(run.pk)
+    now = timezone.now()
+    for executor, run_ids in by_executor.items():
+        pool = pool_name(executor)
+        ids = list(
+            Run.objects.select_for_update()
+            .filter(
+                pk__in=run_ids,
+                state=RunState.QUEUED,
+                cancel_requested_at__isnull=True,
+                dispatched_at__isnull=True,
+            )
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        if not ids:
+            continue
+        Run.objects.filter(pk__in=ids).update(
+            dispatched_at=now, state_reason=f"waiting for an agent of pool '{pool}'", updated_at=now
+        )
+        RunEvent.objects.bulk_create(
+            (
+                RunEvent(
+                    run_id=pk, verb="offered", door=Door.WORKER, message=f"offered to {executor}"
+                )
+                for pk in ids
+            ),
+            batch_size=500,
+        )
+        wakeup.work_offered(pool)
+        offered += ids
+    return offered
 
 
 def run_workdir(*, run: Run) -> Path:

@@ -170,45 +170,45 @@ def lease_acquire(*, agent: Agent) -> Lease | None:
     from runs.queue import token_hash as run_token_hash
 
     pool = agent.pool
-    with transaction.atomic():
-        candidates = Run.objects.select_for_update(skip_locked=True).filter(
-            executor=pool.executor,
-            state=RunState.QUEUED,
-            dispatched_at__isnull=False,
-            cancel_requested_at__isnull=True,
-        )
-        if pool.recipes:
-            candidates = candidates.filter(recipe_name__in=pool.recipes)
-        run = candidates.order_by("dispatched_at", "pk").first()
-        if run is None:
-            return None
-        now = timezone.now()
-        try:
-            with transaction.atomic():
-                lease = Lease.objects.create(
-                    run=run,
-                    agent=agent,
-                    attempt=run.attempt,
-                    renewed_at=now,
-                    expires_at=now + timedelta(seconds=_lease_seconds()),
-                )
-        except IntegrityError:
-            return None  # the agent holds a lease already (two polls of one agent at once)
-        argv = run_command(run=run, python=PYTHON_PLACEHOLDER)
-        run_transition(
-            run_id=run.pk,
-            to_state=RunState.RUNNING,
-            door=Door.AGENT,
-            actor_label=agent.label,
-            message=f"leased by {agent.label} of pool {pool.name} (lease {lease.pk})",
-            changes={
-                "external_id": lease.external_id,
-                "command": shlex.join(argv),
-                "token_hash": run_token_hash(run_token(run=run)),
-                "output_path": "",
-                "secret_env_names": [],
-            },
-        )
+    try:
+        with transaction.atomic():
+            candidates = Run.objects.select_for_update(skip_locked=True).filter(
+                executor=pool.executor,
+                state=RunState.QUEUED,
+                dispatched_at__isnull=False,
+                cancel_requested_at__isnull=True,
+            )
+            if pool.recipes:
+                candidates = candidates.filter(recipe_name__in=pool.recipes)
+            run = candidates.order_by("dispatched_at", "pk").first()
+            if run is None:
+                return None
+            now = timezone.now()
+            lease = Lease.objects.create(
+                run=run,
+                agent=agent,
+                attempt=run.attempt,
+                renewed_at=now,
+                expires_at=now + timedelta(seconds=_lease_seconds()),
+            )
+            argv = run_command(run=run, python=PYTHON_PLACEHOLDER)
+            lease.run = run_transition(
+                run_id=run.pk,
+                to_state=RunState.RUNNING,
+                door=Door.AGENT,
+                actor_label=agent.label,
+                message=f"leased by {agent.label} of pool {pool.name} (lease {lease.pk})",
+                changes={
+                    "external_id": lease.external_id,
+                    "command": shlex.join(argv),
+                    "token_hash": run_token_hash(run_token(run=run)),
+                    "output_path": "",
+                    "secret_env_names": [],
+                },
+            )
+    except IntegrityError:
+        # One open lease per agent: two polls of one agent at once; the other one won.
+        return None
     return lease
 
 
@@ -253,9 +253,9 @@ def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
 def lease_offer(*, lease: Lease) -> dict[str, Any]:
     """What the agent needs to execute the leased run. Only this run's token; never the
     site's own secrets (the job inherits the agent's environment for its own)."""
-    from runs.queue import PYTHON_PLACEHOLDER, run_command, run_config_file, run_job_env
+    from runs.queue import PYTHON_PLACEHOLDER, run_config_file, run_job_env
 
-    run = Run.objects.get(pk=lease.run_id)
+    run = lease.run  # as lease_acquire left it: its command is the argv, joined
     return {
         "lease": {
             "id": lease.pk,
@@ -276,7 +276,7 @@ def lease_offer(*, lease: Lease) -> dict[str, Any]:
             "url": f"{settings.SITE_URL}{run.get_absolute_url()}",
         },
         "job": {
-            "argv": run_command(run=run, python=PYTHON_PLACEHOLDER),
+            "argv": shlex.split(run.command),
             "python_placeholder": PYTHON_PLACEHOLDER,
             "env": run_job_env(run=run),
             "files": {"config.json": run_config_file(run=run)},

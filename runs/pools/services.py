@@ -236,8 +236,9 @@ def agent_authenticate(*, credential: str) -> Agent:
     if agent.pool.retired_at is not None:
         raise AgentUnauthorized(f"Pool '{agent.pool.name}' is retired.")
     now = timezone.now()
-    Agent.objects.filter(pk=agent.pk).update(last_contact_at=now)
-    agent.last_contact_at = now
+    if agent.last_contact_at is None or (now - agent.last_contact_at).total_seconds() >= 5:
+        Agent.objects.filter(pk=agent.pk).update(last_contact_at=now)  # to the nearest 5 s
+        agent.last_contact_at = now
     return agent
 
 
