@@ -16,6 +16,7 @@ from runs.api import (
     PlanPreviewView,
     PlanSeriesView,
     RecipeViewSet,
+    RunArtifactView,
     RunConfigView,
     RunHeartbeatView,
     RunMetricsView,
@@ -42,6 +43,7 @@ urlpatterns = [
     path("runs/<int:pk>/heartbeat/", RunHeartbeatView.as_view(), name="run-heartbeat"),
     path("runs/<int:pk>/status/", RunStatusView.as_view(), name="run-status"),
     path("runs/<int:pk>/config/", RunConfigView.as_view(), name="run-config"),
+    path("runs/<int:pk>/artifacts/", RunArtifactView.as_view(), name="run-artifacts"),
     path(
         "runs/<int:pk>/tracker-metrics/", RunTrackerImportView.as_view(), name="run-tracker-metrics"
     ),

@@ -22,7 +22,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
-from runs import claims, metrics, queue, selectors, series, services
+from runs import artifacts, claims, metrics, queue, selectors, series, services
 from runs import permissions as run_perms
 from runs.executors import get_executor
 from runs.models import Run
@@ -121,7 +121,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
             return (
                 selectors.run_list()
                 .select_related("plan")
-                .prefetch_related("summaries", "events__actor")
+                .prefetch_related("summaries", "events__actor", "artifacts")
             )
         return selectors.run_list()
 
@@ -291,6 +291,17 @@ class RunConfigView(RunnerView):
         return Response(
             {"config_hash": run.reported_config_hash, "matches_plan": not run.config_mismatch}
         )
+
+
+class RunArtifactView(RunnerView):
+    """``POST {"kind": "wandb"|"checkpoint"|"link", "uri", "name"?, "step"?}``: a link the
+    run reports about itself; shown on its page (a W&B link also in the run table)."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = _runner_run(request, pk)
+        artifact = artifacts.run_artifact_add(run=run, data=request.data)
+        return Response({"id": artifact.pk, "kind": artifact.kind, "uri": artifact.uri}, status=201)
 
 
 class RunTrackerImportView(APIView):

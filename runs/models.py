@@ -362,6 +362,32 @@ class MetricSeries(models.Model):
         return f"{self.run_id} {self.key} every {self.width} steps"
 
 
+class RunArtifact(models.Model):
+    """A link a run reported: its W&B run, a checkpoint's location, any other artifact."""
+
+    class Kind(models.TextChoices):
+        WANDB = "wandb"
+        CHECKPOINT = "checkpoint"
+        LINK = "link"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=200, blank=True)
+    uri = models.CharField(max_length=1000)
+    step = models.BigIntegerField(null=True, blank=True)
+    attempt = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "kind", "uri"], name="run_artifact_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.kind} {self.uri[:60]}"
+
+
 class RunEvent(models.Model):
     """Append-only timeline of a run: who, what, from and to, when, through which door."""
 

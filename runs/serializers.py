@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from runs.models import MetricSummary, Plan, Recipe, Run, RunEvent
+from runs.models import MetricSummary, Plan, Recipe, Run, RunArtifact, RunEvent
 from runs.plans import Plan as PlanPreview
 
 
@@ -192,8 +192,16 @@ class RunSerializer(serializers.ModelSerializer[Run]):
         read_only_fields = fields
 
 
+class RunArtifactSerializer(serializers.ModelSerializer[RunArtifact]):
+    class Meta:
+        model = RunArtifact
+        fields = ["kind", "name", "uri", "step", "attempt", "created_at"]
+        read_only_fields = fields
+
+
 class RunDetailSerializer(RunSerializer):
     claimed_by = serializers.CharField(source="claimed_by.username", default=None, read_only=True)
+    artifacts = RunArtifactSerializer(many=True, read_only=True)
     summaries = MetricSummarySerializer(many=True, read_only=True)
     events = RunEventSerializer(many=True, read_only=True)
 
@@ -214,6 +222,7 @@ class RunDetailSerializer(RunSerializer):
             "claim_where",
             "reported_config_hash",
             "config_mismatch",
+            "artifacts",
             "summaries",
             "events",
         ]

@@ -139,6 +139,7 @@ def _run_page(
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
             "logs": logs,
             "leases": run.leases.select_related("agent__pool").order_by("pk"),
+            "artifacts": run.artifacts.all(),
             "claim": claim,
             "can_claim": run.state == "queued" and request.user.has_perm(run_perms.CLAIM_RUN, run),
             "can_give_back": run.executor == "external"
