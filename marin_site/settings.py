@@ -327,6 +327,15 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "ProposalStateEnum": "proposals.models.State",
+        "RunStateEnum": "runs.models.RunState",
+        "FailureKindEnum": "runs.models.FailureKind",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "marin_site.api_schema.document_refusals",
+    ],
 }
 
 # Content-Security-Policy (django-csp): scripts, styles, fonts and data only from this site.

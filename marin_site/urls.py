@@ -29,3 +29,6 @@ urlpatterns = [
         name="api-docs",
     ),
 ]
+
+handler404 = "marin_site.views.not_found"
+handler500 = "marin_site.views.server_error"

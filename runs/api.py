@@ -6,7 +6,7 @@ from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
@@ -22,8 +22,15 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
+from marin_site.doors import Door
 from runs import artifacts, claims, metrics, queue, selectors, series, services
 from runs import permissions as run_perms
+from runs.api_shapes import (
+    ChartDataSerializer,
+    RunLogsSerializer,
+    RunSeriesKeysSerializer,
+    RunSeriesSerializer,
+)
 from runs.executors import get_executor
 from runs.models import Run
 from runs.serializers import (
@@ -58,13 +65,16 @@ class RecipeViewSet(
 
     def perform_create(self, serializer: Any) -> None:
         serializer.instance = services.recipe_create(
-            actor=self.request.user, data=dict(serializer.validated_data)
+            actor=self.request.user, data=dict(serializer.validated_data), door=Door.API
         )
 
     def perform_update(self, serializer: Any) -> None:
         assert serializer.instance is not None
         serializer.instance = services.recipe_update(
-            recipe=serializer.instance, data=dict(serializer.validated_data)
+            recipe=serializer.instance,
+            data=dict(serializer.validated_data),
+            actor=self.request.user,
+            door=Door.API,
         )
 
 
@@ -132,7 +142,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
         run = self.get_object()
         if not request.user.has_perm(permission, run):
             raise PermissionDenied(f"You need the permission '{permission}'.")
-        result = service(run_id=run.pk, actor=request.user, door=queue.Door.API)
+        result = service(run_id=run.pk, actor=request.user, door=Door.API)
         return Response(RunSerializer(result).data)
 
     @extend_schema(request=None, responses=RunSerializer)
@@ -158,7 +168,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
         run = self.get_object()
         data = request.data if isinstance(request.data, dict) else {}
         claim = claims.run_claim(
-            run_id=run.pk, actor=request.user, where=data.get("where"), door=queue.Door.API
+            run_id=run.pk, actor=request.user, where=data.get("where"), door=Door.API
         )
         return Response(
             {
@@ -178,11 +188,21 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
     @action(detail=True, methods=["post"], url_path="give-back")
     def give_back(self, request: Request, pk: str) -> Response:
         run = claims.run_claim_release(
-            run_id=self.get_object().pk, actor=request.user, door=queue.Door.API
+            run_id=self.get_object().pk, actor=request.user, door=Door.API
         )
         return Response(RunSerializer(run).data)
 
-    @extend_schema(parameters=[OpenApiParameter("key", str), OpenApiParameter("points", int)])
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("key", str, description="a metric key; without it, the run's keys"),
+            OpenApiParameter("points", int, description="at most this many points (2-10000)"),
+        ],
+        responses=PolymorphicProxySerializer(
+            component_name="RunSeriesAnswer",
+            serializers=[RunSeriesSerializer, RunSeriesKeysSerializer],
+            resource_type_field_name=None,
+        ),
+    )
     @action(detail=True, methods=["get"])
     def series(self, request: Request, pk: str) -> Response:
         run = self.get_object()
@@ -197,7 +217,10 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
             raise ValidationError({"points": ["must be between 2 and 10000"]})
         return Response(series.run_series_downsampled(run_id=run.pk, key=key, points=points))
 
-    @extend_schema(parameters=[OpenApiParameter("key", str)], responses={200: str})
+    @extend_schema(
+        parameters=[OpenApiParameter("key", str, description="one key; every key when absent")],
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+    )
     @action(detail=True, methods=["get"], url_path="metrics.csv")
     def csv(self, request: Request, pk: str) -> StreamingHttpResponse:
         run = self.get_object()
@@ -208,7 +231,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
         response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-metrics.csv"'
         return response
 
-    @extend_schema(responses={200: str})
+    @extend_schema(responses=RunLogsSerializer)
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str) -> Response:
         run = self.get_object()
@@ -273,7 +296,7 @@ class RunStatusView(RunnerView):
             to_state=data["state"],
             failure_kind=failure_kind,
             message=data["message"],
-            door=queue.Door.RUNNER,
+            door=Door.RUNNER,
             actor_label="runner",
         )
         return Response({"state": run.state})
@@ -384,7 +407,7 @@ class SeriesView(APIView):
 class PlanSeriesView(SeriesView):
     """Chart data of every run of a plan: ``{plan, active, keys, runs, series}``."""
 
-    @extend_schema(parameters=SERIES_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=SERIES_PARAMETERS, responses=ChartDataSerializer)
     def get(self, request: Request, plan_id: int) -> HttpResponse:
         body = series.plan_series(
             plan_id=plan_id, keys=_series_keys(request), points=_series_points(request)
@@ -400,7 +423,7 @@ class RunsSeriesView(SeriesView):
     @extend_schema(
         operation_id="v1_runs_series_compare",
         parameters=[OpenApiParameter("ids", str, required=True), *SERIES_PARAMETERS],
-        responses=OpenApiTypes.OBJECT,
+        responses=ChartDataSerializer,
     )
     def get(self, request: Request) -> HttpResponse:
         body = series.runs_series(

@@ -22,13 +22,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from marin_site.doors import Door
 from marin_site.errors import ActionForbidden, TransitionNotAllowed
 from runs import permissions as run_perms
 from runs.executors.external import EXTERNAL
 from runs.models import FailureKind, PlanLaunch, Run, RunState
 from runs.plans import config_hash
 from runs.queue import (
-    Door,
     run_command,
     run_config_file,
     run_event_record,

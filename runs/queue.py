@@ -23,7 +23,9 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from marin_site.doors import Door
 from marin_site.errors import DomainError, TransitionNotAllowed
+from marin_site.roles import permission_require
 from runs.executors import (
     ExecutorError,
     JobSpec,
@@ -43,20 +45,12 @@ from runs.models import (
     RunEvent,
     RunState,
 )
+from runs.permissions import CANCEL_RUN, RERUN_RUN, RETRY_RUN
 from runs.signals import reconcile_pass, run_state_changed
 
 logger = logging.getLogger(__name__)
 
 Actor = User | AnonymousUser | None
-
-
-class Door:
-    WEB = "web"
-    API = "api"
-    RUNNER = "runner"
-    WORKER = "worker"
-    GITHUB = "github"
-    AGENT = "agent"
 
 
 # target state -> the states it may be reached from
@@ -612,9 +606,10 @@ def run_submit(*, run_id: int) -> str:
 
 def run_cancel(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
     """Ask for a run to stop: a queued run is killed at once, a running one once its
-    executor confirms. Asking twice changes nothing."""
+    executor confirms. Asking twice changes nothing. Needs ``runs.cancel_run``."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
+        permission_require(actor, CANCEL_RUN, run, "cancel this run")
         if run.is_terminal:
             raise TransitionNotAllowed(
                 action="cancel a run",
@@ -637,9 +632,12 @@ def run_cancel(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
         return run
 
 
-def _run_again(*, run_id: int, actor: Actor, door: str, verb: str, sources: frozenset[str]) -> Run:
+def _run_again(
+    *, run_id: int, actor: Actor, door: str, verb: str, sources: frozenset[str], permission: str
+) -> Run:
     with transaction.atomic():
         source = Run.objects.select_for_update().get(pk=run_id)
+        permission_require(actor, permission, source, f"{verb} this run")
         if source.state not in sources:
             raise TransitionNotAllowed(
                 action=f"{verb} a run", current=source.state, allowed=sources
@@ -685,20 +683,27 @@ def _run_again(*, run_id: int, actor: Actor, door: str, verb: str, sources: froz
 
 
 def run_rerun(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
-    """Run a terminal run's config again, even when it finished (or was a cached result)."""
+    """Run a terminal run's config again, even when it finished (or was a cached result).
+    Needs ``runs.rerun_run``."""
     return _run_again(
-        run_id=run_id, actor=actor, door=door, verb="rerun", sources=TERMINAL_RUN_STATES
+        run_id=run_id,
+        actor=actor,
+        door=door,
+        verb="rerun",
+        sources=TERMINAL_RUN_STATES,
+        permission=RERUN_RUN,
     )
 
 
 def run_retry(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
-    """Give a run that failed, crashed or was killed another go."""
+    """Give a run that failed, crashed or was killed another go. Needs ``runs.retry_run``."""
     return _run_again(
         run_id=run_id,
         actor=actor,
         door=door,
         verb="retry",
         sources=frozenset({RunState.FAILED, RunState.CRASHED, RunState.KILLED}),
+        permission=RETRY_RUN,
     )
 
 

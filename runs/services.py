@@ -11,8 +11,10 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from marin_site.doors import Door
+from marin_site.events import MESSAGE_MAX
 from runs.compute import FormulaError, run_cost, validate_compute_model
-from runs.models import Plan, PlanEntry, PlanLaunch, Recipe
+from runs.models import Plan, PlanEntry, PlanLaunch, Recipe, RecipeEvent
 from runs.plans import Plan as PlanPreview
 from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok, version_ok
 
@@ -97,25 +99,65 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
             raise ValidationError({"compute_model": [f"{exc}{where}"]}) from exc
 
 
+def recipe_event_record(
+    *,
+    recipe: Recipe,
+    actor: User | AnonymousUser | None,
+    verb: str,
+    door: str,
+    message: str = "",
+) -> RecipeEvent:
+    """A row of the recipe's history: who created or changed it, through which door."""
+    user = actor if isinstance(actor, User) and actor.is_authenticated else None
+    return RecipeEvent.objects.create(
+        recipe=recipe,
+        actor=user,
+        actor_label=user.get_username() if user else "",
+        verb=verb,
+        door=door,
+        message=message[:MESSAGE_MAX],
+    )
+
+
 @transaction.atomic
-def recipe_create(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> Recipe:
+def recipe_create(
+    *, actor: User | AnonymousUser | None, data: dict[str, Any], door: str = Door.WEB
+) -> Recipe:
     recipe_validate(data=data)
     recipe = Recipe(**{k: v for k, v in data.items() if k in RECIPE_FIELDS})
     recipe.created_by = actor if isinstance(actor, User) else None
     recipe.full_clean()
     recipe.save()
+    recipe_event_record(recipe=recipe, actor=actor, verb="created", door=door)
     return recipe
 
 
 @transaction.atomic
-def recipe_update(*, recipe: Recipe, data: dict[str, Any]) -> Recipe:
-    """Edit a recipe in place. Frozen plans keep their own snapshot, so nothing moves under them."""
+def recipe_update(
+    *,
+    recipe: Recipe,
+    data: dict[str, Any],
+    actor: User | AnonymousUser | None = None,
+    door: str = Door.WEB,
+) -> Recipe:
+    """Edit a recipe in place. Frozen plans keep their own snapshot, so nothing moves under them.
+
+    The change is recorded in the recipe's history (which fields changed, by whom)."""
     merged = {field: getattr(recipe, field) for field in RECIPE_FIELDS} | data
     recipe_validate(data=merged)
+    changed = sorted(field for field in RECIPE_FIELDS if getattr(recipe, field) != merged[field])
     for field in RECIPE_FIELDS:
         setattr(recipe, field, merged[field])
     recipe.full_clean()
     recipe.save()
+    if changed:
+        recipe_event_record(
+            recipe=recipe,
+            actor=actor,
+            verb="edited",
+            door=door,
+            message="Changed " + ", ".join(changed),
+        )
     return recipe
 
 

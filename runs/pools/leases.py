@@ -69,7 +69,8 @@ def _run_requeue(*, run_id: int, attempt: int, message: str, actor_label: str = 
     """The attempt held by a lease is over without an ending of its own (lost, revoked,
     abandoned, preempted): the same run goes back to the queue with the next attempt and is
     offered to the pool again at once, keeping its slot; after its last attempt it fails."""
-    from runs.queue import Door, run_transition
+    from marin_site.doors import Door
+    from runs.queue import run_transition
 
     run = Run.objects.select_for_update().get(pk=run_id)
     if run.state != RunState.RUNNING or run.attempt != attempt:
@@ -166,7 +167,8 @@ def leases_expire_stale(*, pool: Pool | None = None) -> int:
 
 def lease_acquire(*, agent: Agent) -> Lease | None:
     """Lease the oldest run offered to the agent's pool, or None when there is none."""
-    from runs.queue import PYTHON_PLACEHOLDER, Door, run_command, run_token, run_transition
+    from marin_site.doors import Door
+    from runs.queue import PYTHON_PLACEHOLDER, run_command, run_token, run_transition
     from runs.queue import token_hash as run_token_hash
 
     pool = agent.pool
@@ -459,7 +461,8 @@ def lease_report(*, agent: Agent, lease_id: int, report: LeaseReport) -> Run:
     """The agent's last word on a lease: end it and settle the run from the evidence. A
     run that already ended by its own report keeps that ending. A lease that expired or
     ended is refused (409): its run belongs to someone else now."""
-    from runs.queue import Door, run_transition
+    from marin_site.doors import Door
+    from runs.queue import run_transition
 
     _refuse_if_expired(agent=agent, lease_id=lease_id)
     to_state, failure_kind, message = lease_report_classify(report)
@@ -504,7 +507,8 @@ def run_reconcile_leased(*, run_id: int) -> Run:
     """The reconciler's look at a running run of a pool: an expired lease is lost (the run is
     requeued); a run past its time limit fails (its agent, told 409, stops the job); a run
     with no open lease (its lease ended but did not settle it) is requeued."""
-    from runs.queue import Door, run_transition
+    from marin_site.doors import Door
+    from runs.queue import run_transition
 
     run = Run.objects.get(pk=run_id)
     if run.state != RunState.RUNNING:

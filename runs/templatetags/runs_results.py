@@ -3,16 +3,30 @@ the scaling ladder; and the filters their templates format numbers and links wit
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django import template
 from django.urls import reverse
 
-from runs import run_table
+from runs import presentation, run_table
+from runs.ladder import (
+    EXPONENT_STANDARD_ERRORS,
+    IRREDUCIBLE_LAW,
+    MIN_R_SQUARED,
+    MIN_SCALES_FOR_IRREDUCIBLE,
+    MIN_SCALES_FOR_MULTIPLIER,
+)
 from runs.models import Plan
+from runs.steady import is_steady_state_key
 
 register = template.Library()
+
+LADDER_RULES = {
+    "irreducible_from": MIN_SCALES_FOR_IRREDUCIBLE,
+    "min_scales": MIN_SCALES_FOR_MULTIPLIER,
+    "min_r_squared": MIN_R_SQUARED,
+    "exponent_se": f"{EXPONENT_STANDARD_ERRORS:g}",
+}
 
 
 def series_url(plan_id: int) -> str:
@@ -36,6 +50,8 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
         "launch": table.launch,
         "ladder": ladder,
         "ladder_data": ladder.chart_data() if ladder else None,
+        "ladder_rules": LADDER_RULES,
+        "irreducible_law": IRREDUCIBLE_LAW,
         "table_url": reverse("plan-run-table", kwargs={"plan_id": plan.pk}),
         "series_url": f"{series_url(plan.pk)}?{run_table.series_query(table.chart_keys)}",
         "png_url": reverse("plan-loss-png", kwargs={"plan_id": plan.pk}),
@@ -43,34 +59,58 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
     }
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+@register.filter
+def metric(value: Any, key: str) -> str:
+    """A final metric as the table shows it (``runs.presentation.metric_text``)."""
+    return presentation.metric_text(value, key)
 
 
 @register.filter
-def metric(value: Any, key: str) -> str:
-    """A final metric as the table shows it: MFU in percent, tokens/s whole, losses to 4 places."""
-    if not _number(value):
+def spread(group: Any, key: str) -> str:
+    """A variant's ``key`` over its seeds (a ``runs.seeds`` group): mean ± sample std
+    (``runs.presentation.spread_text``)."""
+    stats = (group.get("stats") or {}).get(key) if isinstance(group, dict) else None
+    return presentation.spread_text(stats, key)
+
+
+@register.filter
+def delta(group: Any, key: str) -> str:
+    """A variant's difference from the baseline, ± its standard error when it is known
+    (``runs.presentation.delta_text``)."""
+    if not isinstance(group, dict):
         return "–"
-    if key.endswith("mfu"):
-        return f"{100 * value:.1f}%"
-    if key.endswith("tokens_per_second"):
-        return f"{value:,.0f}"
-    if "fraction" in key:
-        return f"{value:.3f}"
-    return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+    return presentation.delta_text(group.get("delta"), group.get("delta_se"), key)
+
+
+@register.filter
+def steady_key(key: Any) -> bool:
+    """Whether a metric key is summarised by its steady-state median (throughput, MFU)."""
+    return isinstance(key, str) and is_steady_state_key(key)
 
 
 @register.filter
 def sci(value: Any) -> str:
-    """Large counts (FLOPs) as 3.2e+18."""
-    return f"{value:.3g}" if _number(value) else "–"
+    """Large counts (FLOPs) as 3.2e+18 (``runs.presentation.flops_text``)."""
+    return presentation.flops_text(value)
 
 
 @register.filter
 def times(value: Any) -> str:
-    """A compute multiplier: 1.37 followed by a times sign."""
-    return f"{value:.2f}×" if _number(value) else "–"
+    """A compute multiplier: 1.37 followed by a times sign (``presentation.multiplier_text``)."""
+    return presentation.multiplier_text(value)
+
+
+@register.filter
+def exponent(fit: Any) -> str:
+    """A ladder fit's exponent ± its standard error (``runs.presentation.exponent_text``)."""
+    return presentation.exponent_text(
+        getattr(fit, "exponent", None), getattr(fit, "exponent_se", None)
+    )
+
+
+@register.filter
+def r_squared(value: Any) -> str:
+    return presentation.r_squared_text(value)
 
 
 @register.filter
@@ -82,4 +122,4 @@ def http_url(value: Any) -> str:
 
 @register.filter
 def config_value(value: Any) -> str:
-    return run_table.display(value)
+    return presentation.value_text(value)

@@ -220,3 +220,23 @@ def test_recipe_names_and_versions_that_would_break_urls_are_refused(
     assert response.status_code == 400, response.content[:300]
     assert field in response.json()
     assert Recipe.objects.count() == before
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/search/?q=moe",
+        "/api/v1/search/?q=%28",
+        "/api/v1/search/?q=moe&format=csv",
+        "/api/v1/proposals/",
+        "/api/v1/proposals/?q=state:approved",
+        "/api/v1/runs/",
+        "/api/v1/recipes/",
+    ],
+)
+@pytest.mark.parametrize("accept", ["text/html", "application/xml", "*/*", "text/csv"])
+def test_api_reads_answer_any_accept_header_without_a_server_error(
+    client: Any, proposal: Proposal, path: str, accept: str
+) -> None:
+    response = client.get(path, HTTP_ACCEPT=accept)
+    assert response.status_code < 500, (path, accept, response.status_code)

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from proposals.github.deliveries import deliveries_drain
 from proposals.github.fake import FakeGitHub
-from proposals.github.outbox import outbox_drain
-from proposals.github.services import deliveries_drain
+from proposals.github.outbox.drain import outbox_drain
 from proposals.models import GitHubOutbox, OutboxState, WebhookDelivery
 
 SECRET = "webhook-test-secret"

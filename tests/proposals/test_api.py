@@ -22,6 +22,7 @@ from tests.factories import (
     ReviewFactory,
     UserFactory,
 )
+from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -408,3 +409,22 @@ def test_deeply_nested_json_is_a_400(api_as: Any, contributor: Any) -> None:
     )
     assert response.status_code == 400
     assert "nested too deeply" in response.json()["detail"]
+
+
+def test_timeline_endpoint_has_the_runs_events(
+    api_as: Any, recipe: Any, contributor: Any, maintainer: Any
+) -> None:
+    plan = launched_plan(recipe)
+    proposal = ProposalFactory.create(
+        recipe=recipe, state=State.APPROVED, author=contributor, plan=plan
+    )
+    run = Run.objects.filter(plan=plan).order_by("entry__index").first()
+    assert run is not None
+    api_as(maintainer).post(f"/api/v1/runs/{run.pk}/cancel/")
+    api_as(contributor).post("/api/v1/comments/", {"proposal": proposal.pk, "body": "Why?"})
+    entries = APIClient().get(f"/api/v1/proposals/{proposal.pk}/timeline/").json()["results"]
+    rows = [(e["kind"], e["run"], e["verb"], e["to_state"], e["door"], e["actor"]) for e in entries]
+    assert ("run", run.pk, "cancel_requested", "", "api", "max") in rows
+    assert ("run", run.pk, "killed", "killed", "api", "max") in rows
+    assert ("proposal", None, "commented", "", "api", "carla") in rows
+    assert [e["created_at"] for e in entries] == sorted(e["created_at"] for e in entries)

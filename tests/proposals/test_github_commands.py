@@ -131,7 +131,7 @@ def test_hold_and_unhold_are_refused_for_non_maintainers(linked: Proposal, clien
 
 
 def test_status_answers_anyone(linked: Proposal, client: Any) -> None:
-    assert "state **Submitted**" in _say(client, linked, "/status", "randomperson", 13)
+    assert "state: **Submitted**" in _say(client, linked, "/status", "randomperson", 13)
 
 
 def test_cancel_only_from_approved(linked: Proposal, client: Any) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from marin_site.doors import Door
 from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
 from proposals import services
 from proposals.models import Amendment, Event, Proposal, Review, State
@@ -592,3 +593,23 @@ def test_comment_needs_a_body_and_an_account(proposal: Proposal, reviewer: Any) 
         services.comment_create(proposal_id=proposal.pk, author=AnonymousUser(), body="hi")
     comment = services.comment_create(proposal_id=proposal.pk, author=reviewer, body="hi")
     assert comment.author_label == "rita"
+
+
+@pytest.mark.parametrize("door", [Door.WEB, Door.API, Door.GITHUB])
+def test_a_comment_is_recorded_on_the_timeline_with_its_door(
+    proposal: Proposal, reviewer: Any, door: str
+) -> None:
+    long_body = "Have you tried top-2 routing?\n\n" + "More words. " * 50
+    services.comment_create(proposal_id=proposal.pk, author=reviewer, body=long_body, door=door)
+    event = proposal.events.get(verb="commented")
+    assert (event.actor, event.door) == (reviewer, door)
+    assert event.message.startswith("Have you tried top-2 routing? More words.")
+    assert len(event.message) <= 280
+
+
+def test_a_refused_comment_records_nothing(proposal: Proposal) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    with pytest.raises(ActionForbidden):
+        services.comment_create(proposal_id=proposal.pk, author=AnonymousUser(), body="hi")
+    assert not proposal.events.exists()
