@@ -30,13 +30,13 @@ def runner_run(*, run_id: int) -> Run | None:
         return None
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT state, token_hash FROM {Run._meta.db_table} WHERE id = %s",  # noqa: S608
+            f"SELECT state, token_hash, attempt FROM {Run._meta.db_table} WHERE id = %s",  # noqa: S608
             [run_id],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    return Run(pk=run_id, state=row[0], token_hash=row[1])
+    return Run(pk=run_id, state=row[0], token_hash=row[1], attempt=row[2])
 
 
 def run_detail(*, run_id: int) -> Run | None:
