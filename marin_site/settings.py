@@ -246,6 +246,8 @@ RUNS_PLAN_MAX_CONCURRENT = int(os.environ.get("RUNS_PLAN_MAX_CONCURRENT", "4"))
 RUNS_MAX_ATTEMPTS = int(os.environ.get("RUNS_MAX_ATTEMPTS", "3"))
 RUNS_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("RUNS_HEARTBEAT_TIMEOUT_SECONDS", "300"))
 RUNS_TIME_LIMIT_SECONDS = int(os.environ.get("RUNS_TIME_LIMIT_SECONDS", "3600"))
+# A run token stops working this long after its run's time limit has run out.
+RUNS_TOKEN_GRACE_SECONDS = int(os.environ.get("RUNS_TOKEN_GRACE_SECONDS", str(24 * 3600)))
 RUNS_LOCAL_GRACE_SECONDS = float(os.environ.get("RUNS_LOCAL_GRACE_SECONDS", "10"))
 RUNS_WORK_DIR = Path(os.environ.get("RUNS_WORK_DIR", VAR_DIR / "runs"))
 RUNS_API_URL = os.environ.get("RUNS_API_URL", f"{SITE_URL}/api/v1/")

@@ -16,6 +16,7 @@ from rest_framework.exceptions import (
     PermissionDenied,
     ValidationError,
 )
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
@@ -118,6 +119,9 @@ def _runner_run(request: Request, run_id: int) -> Run:
                 f"is on attempt {run.attempt}); nothing it sends is taken."
             )
         raise PermissionDenied("This token does not belong to this run.")
+    refusal = queue.run_token_refusal(run=run, write=request.method not in SAFE_METHODS)
+    if refusal is not None:
+        raise refusal
     return run
 
 

@@ -201,6 +201,36 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class RunEnded(DomainError):
+    """A write with the token of a run that has ended: nothing it sends is taken (409)."""
+
+    status_code = 409
+
+
+class RunTokenExpired(DomainError):
+    """A run token past its run's time limit and grace (401)."""
+
+    status_code = 401
+
+
+def run_token_refusal(*, run: Run, write: bool) -> DomainError | None:
+    """Why a token that matches ``run`` may not be used now, or None.
+
+    Once the run is terminal its token writes nothing more (a late job cannot replace a
+    finished run's numbers), and whatever the state it ends with the run's time limit plus
+    ``RUNS_TOKEN_GRACE_SECONDS`` after the run started: a leaked token does not live on."""
+    if write and run.state in TERMINAL_RUN_STATES:
+        return RunEnded(f"Run {run.pk} has ended ({run.state}); its token writes nothing more.")
+    if run.started_at is not None:
+        lifetime = timedelta(seconds=run.time_limit_seconds + settings.RUNS_TOKEN_GRACE_SECONDS)
+        if timezone.now() > run.started_at + lifetime:
+            return RunTokenExpired(
+                f"The token of run {run.pk} expired: its time limit and "
+                f"{settings.RUNS_TOKEN_GRACE_SECONDS} s of grace have passed since it started."
+            )
+    return None
+
+
 def run_token_matches(*, run: Run, token: str) -> bool:
     return bool(run.token_hash) and hmac.compare_digest(token_hash(token), run.token_hash)
 
