@@ -10,8 +10,10 @@ from runs.api import (
     RecipeViewSet,
     RunHeartbeatView,
     RunMetricsView,
+    RunReportView,
     RunsSeriesView,
     RunStatusView,
+    RunTrackerImportsView,
     RunTrackerImportView,
     RunViewSet,
 )
@@ -31,8 +33,14 @@ urlpatterns = [
     path("runs/<int:pk>/metrics/", RunMetricsView.as_view(), name="run-metrics"),
     path("runs/<int:pk>/heartbeat/", RunHeartbeatView.as_view(), name="run-heartbeat"),
     path("runs/<int:pk>/status/", RunStatusView.as_view(), name="run-status"),
+    path("runs/<int:pk>/report/", RunReportView.as_view(), name="run-report"),
     path(
         "runs/<int:pk>/tracker-metrics/", RunTrackerImportView.as_view(), name="run-tracker-metrics"
+    ),
+    path(
+        "runs/<int:pk>/tracker-imports/",
+        RunTrackerImportsView.as_view(),
+        name="run-tracker-imports",
     ),
     *router.urls,
 ]

@@ -9,9 +9,11 @@ from runs.urls import result_urlpatterns
 urlpatterns = [
     # First: GitHub's webhook is the busiest path, and Django tries the patterns in order.
     path("github/", include("proposals.github.urls")),
+    path("mlflow/", include("runs.mlflow.urls")),  # MLflow's tracking REST API
     path("", include("proposals.urls")),
     path("recipes/", include("runs.urls")),
     path("runs/<int:pk>/", run_views.run_detail, name="run-page"),
+    path("runs/<int:pk>/import/", run_views.run_import, name="run-import"),
     path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
     path("healthz", views.healthz, name="healthz"),
     path("accounts/", include("allauth.urls")),

@@ -398,14 +398,19 @@ def run_job_spec(*, run: Run) -> JobSpec:
     import json
 
     secrets = {name: value for name in settings.RUNS_SECRET_ENV if (value := _env(name))}
+    token = run_token(run=run)
     return JobSpec(
         job_id=f"run-{run.pk}-attempt-{run.attempt}",
         argv=run_command(run=run),
         workdir=run_workdir(run=run),
         env={
             "RUN_ID": str(run.pk),
-            "RUN_TOKEN": run_token(run=run),
+            "RUN_TOKEN": token,
             "RUN_API_URL": settings.RUNS_API_URL,
+            # A stock MLflow client reports to this run unchanged (runs/mlflow/).
+            "MLFLOW_TRACKING_URI": settings.RUNS_MLFLOW_TRACKING_URI,
+            "MLFLOW_TRACKING_TOKEN": token,
+            "MLFLOW_EXPERIMENT_ID": str(run.plan_id),
             **secrets,
         },
         files={"config.json": json.dumps(run.config, indent=2, sort_keys=True)},

@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.compute import FormulaError, run_cost, validate_compute_model
+from runs.metric_declarations import declarations_forget, declarations_validate
 from runs.models import Plan, PlanEntry, PlanLaunch, Recipe
 from runs.plans import Plan as PlanPreview
 from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok
@@ -27,6 +28,7 @@ RECIPE_FIELDS = (
     "compute_model",
     "scales",
     "executor",
+    "metrics",
     "is_active",
 )
 
@@ -57,6 +59,9 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
     compute_errors = validate_compute_model(data.get("compute_model"))
     if compute_errors:
         errors["compute_model"] = compute_errors
+    metric_errors = declarations_validate(data.get("metrics") or [])
+    if metric_errors:
+        errors["metrics"] = metric_errors
     if errors:
         raise ValidationError(errors)
     assert isinstance(schema, dict)
@@ -96,6 +101,7 @@ def recipe_update(*, recipe: Recipe, data: dict[str, Any]) -> Recipe:
         setattr(recipe, field, merged[field])
     recipe.full_clean()
     recipe.save()
+    declarations_forget()
     return recipe
 
 

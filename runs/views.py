@@ -15,13 +15,14 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_POST
 
 from runs import charts_png, run_table, selectors, services
 from runs import permissions as run_perms
-from runs.models import Plan, Recipe
+from runs.models import Plan, Recipe, Run
 
 MANAGE_RECIPES = run_perms.MANAGE_RECIPES
-JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales")
+JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales", "metrics")
 
 
 class RecipeForm(forms.ModelForm):
@@ -94,7 +95,8 @@ def recipe_edit(request: HttpRequest, name: str, version: str) -> HttpResponse:
 
 
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """A run's public page: state, metrics summary, config, timeline and log tail."""
+    """A run's public page: state, its recipe's declared metrics and the others, what the
+    trackers reported (config, tags, summary, artifacts), imports, config, timeline, log."""
     from runs.executors import ExecutorError, get_executor
 
     run = selectors.run_detail(run_id=pk)
@@ -106,16 +108,81 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             logs = get_executor(run.executor).logs(run.external_id, tail_bytes=16_384)
         except ExecutorError:
             logs = ""
+    declarations = selectors.run_metric_declarations(run=run)
+    summaries = list(run.summaries.all())
+    imports = list(selectors.run_tracker_imports(run_id=run.pk)[:5])
     return render(
         request,
         "runs/run_detail.html",
         {
             "run": run,
-            "summaries": run.summaries.all(),
+            "summaries": summaries,
+            "declared": [
+                (
+                    d,
+                    next((s for s in summaries if s.key == d.key), None),
+                    run.final_metrics.get(d.key),
+                )
+                for d in declarations.values()
+                if d.summary
+            ],
+            "other_summaries": [s for s in summaries if s.key not in declarations],
+            "other_final": sorted(
+                (k, v) for k, v in (run.final_metrics or {}).items() if k not in declarations
+            ),
             "events": run.events.select_related("actor"),
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
+            "tracker_config_json": json.dumps(run.tracker_config, indent=2, sort_keys=True)
+            if run.tracker_config
+            else "",
+            "tags": sorted((run.tracker_tags or {}).items()),
+            "imports": imports,
+            "import_active": any(i.state in {"pending", "running"} for i in imports),
+            "can_import": request.user.has_perm(run_perms.IMPORT_METRICS, run),
             "logs": logs,
         },
+    )
+
+
+@require_POST
+def run_import(request: HttpRequest, pk: int) -> HttpResponse:
+    """Upload a ``tracker_metrics.jsonl`` on the run's page (maintainers): checked as it
+    arrives, then imported by a task whose progress the page shows."""
+    from runs import tracker_import
+
+    run = get_object_or_404(Run, pk=pk)
+    if not request.user.has_perm(run_perms.IMPORT_METRICS, run):
+        raise PermissionDenied("Only maintainers import metrics.")
+    upload = request.FILES.get("file")
+    if upload is None:
+        messages.error(request, "Choose a tracker_metrics.jsonl file to import.")
+        return redirect(run)
+    try:
+        tracker_import.tracker_import_receive(
+            run_id=run.pk,
+            stream=upload.chunks(),
+            door="web",
+            actor=request.user,
+            filename=upload.name or "",
+            strict=request.POST.get("strict") == "on",
+        )
+    except tracker_import.TrackerFileRefused as exc:
+        return render_refused(request, run, exc.message, exc.status_code)
+    except ValidationError as exc:
+        return render_refused(request, run, "; ".join(exc.messages), 400)
+    messages.success(request, f"{upload.name} received; importing it now.")
+    return redirect(run)
+
+
+def render_refused(request: HttpRequest, run: Run, message: str, status: int) -> HttpResponse:
+    return render(
+        request,
+        "refused.html",
+        {
+            "problems": [f"The file was not imported into run {run.pk}: {message}"],
+            "back": run.get_absolute_url(),
+        },
+        status=status,
     )
 
 

@@ -19,6 +19,10 @@ def get_executor(name: str) -> Executor:
         from runs.executors.ray import RayExecutor
 
         return RayExecutor()
+    if name == "external":  # runs claimed through a tracker door; no recipe picks it
+        from runs.executors.external import ExternalExecutor
+
+        return ExternalExecutor()
     raise ExecutorError(f"Unknown executor '{name}'; known: {', '.join(EXECUTORS)}.")
 
 

@@ -62,6 +62,28 @@ def metric(value: Any, key: str) -> str:
 
 
 @register.filter
+def metric_in_unit(value: Any, declaration: Any) -> str:
+    """A value of a declared metric in its unit (``runs.metric_declarations``): fractions and
+    percents as percents, throughput whole, times in seconds; undeclared keys as ``metric``."""
+    unit = getattr(declaration, "unit", "")
+    if not _number(value):
+        return "–"
+    if unit == "fraction":
+        return f"{100 * value:.1f} %"
+    if unit == "percent":
+        return f"{value:.1f} %"
+    if unit == "tokens/s":
+        return f"{value:,.0f} tokens/s"
+    if unit == "seconds":
+        return f"{value:,.1f} s"
+    if unit in {"tokens", "count", "bytes"}:
+        return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3g}"
+    if unit == "flops":
+        return f"{value:.3g}"
+    return metric(value, str(getattr(declaration, "key", "")))
+
+
+@register.filter
 def sci(value: Any) -> str:
     """Large counts (FLOPs) as 3.2e+18."""
     return f"{value:.3g}" if _number(value) else "–"
