@@ -66,8 +66,11 @@ def field_string(data: dict[str, Any], name: str, *, required: bool = False, lim
     return value
 
 
-def field_int64(data: dict[str, Any], name: str, *, required: bool = False) -> int | None:
+def field_int64(
+    data: dict[str, Any], name: str, *, required: bool = False, path: str = ""
+) -> int | None:
     value = data.get(name)
+    name = path or name
     if value is None:
         if required:
             raise invalid(f"Missing value for required parameter '{name}'.")
@@ -88,8 +91,9 @@ def field_int64(data: dict[str, Any], name: str, *, required: bool = False) -> i
     return number
 
 
-def field_double(data: dict[str, Any], name: str) -> float:
+def field_double(data: dict[str, Any], name: str, *, path: str = "") -> float:
     value = data.get(name)
+    name = path or name
     if value is None:
         raise invalid(f"Missing value for required parameter '{name}'.")
     if type(value) in (int, float):
@@ -148,33 +152,37 @@ class MetricIn:
     step: int
 
 
+def _at(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
 def metric_parse(item: Any, path: str) -> MetricIn:
+    """A metric of a batch (``path`` like ``metrics[3]``) or of log-metric (``path`` "")."""
     if not isinstance(item, dict):
         raise invalid(f"Invalid value {_describe(item)} for parameter '{path}': must be an object.")
-    key = entity_name(item.get("key"), f"{path}.key", "Metric")
-    value = field_double(item, "value") if "value" in item else None
-    if value is None:
-        raise invalid(f"Missing value for required parameter '{path}.value'.")
-    timestamp = field_int64(item, "timestamp")
+    key = entity_name(item.get("key"), _at(path, "key"), "Metric")
+    value = field_double(item, "value", path=_at(path, "value"))
+    timestamp = field_int64(item, "timestamp", path=_at(path, "timestamp"))
     if timestamp is None:
-        raise invalid(f"Missing value for required parameter '{path}.timestamp'.")
+        raise invalid(f"Missing value for required parameter '{_at(path, 'timestamp')}'.")
     if timestamp < 0:
         raise invalid(
-            f"Invalid value {timestamp} for parameter '{path}.timestamp' supplied: metric "
-            f"'{key}': timestamp must be a nonnegative long (64-bit integer)."
+            f"Invalid value {timestamp} for parameter '{_at(path, 'timestamp')}' supplied: "
+            f"metric '{key}': timestamp must be a nonnegative long (64-bit integer)."
         )
-    step = field_int64(item, "step") or 0
+    step = field_int64(item, "step", path=_at(path, "step")) or 0
     return MetricIn(key=key, value=value, timestamp=timestamp, step=step)
 
 
 def param_parse(item: Any, path: str) -> tuple[str, str]:
     if not isinstance(item, dict):
         raise invalid(f"Invalid value {_describe(item)} for parameter '{path}': must be an object.")
-    key = entity_name(item.get("key"), f"{path}.key", "Param")
+    key = entity_name(item.get("key"), _at(path, "key"), "Param")
     value = item.get("value", "")
     if not isinstance(value, str):
         raise invalid(
-            f"Invalid value {_describe(value)} for parameter '{path}.value': must be a string."
+            f"Invalid value {_describe(value)} for parameter '{_at(path, 'value')}': must be a "
+            "string."
         )
     if len(value) > MAX_PARAM_VAL_LENGTH:
         raise invalid(
@@ -186,11 +194,12 @@ def param_parse(item: Any, path: str) -> tuple[str, str]:
 def tag_parse(item: Any, path: str) -> tuple[str, str]:
     if not isinstance(item, dict):
         raise invalid(f"Invalid value {_describe(item)} for parameter '{path}': must be an object.")
-    key = entity_name(item.get("key"), f"{path}.key", "Tag")
+    key = entity_name(item.get("key"), _at(path, "key"), "Tag")
     value = item.get("value", "")
     if not isinstance(value, str):
         raise invalid(
-            f"Invalid value {_describe(value)} for parameter '{path}.value': must be a string."
+            f"Invalid value {_describe(value)} for parameter '{_at(path, 'value')}': must be a "
+            "string."
         )
     if len(value) > MAX_TAG_VAL_LENGTH:
         raise invalid(f"Tag value for '{key}' exceeds the maximum length of {MAX_TAG_VAL_LENGTH}.")

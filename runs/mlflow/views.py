@@ -173,7 +173,7 @@ def runs_log_batch(request: HttpRequest, data: dict[str, Any], caller: Caller) -
 
 
 def runs_log_metric(request: HttpRequest, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
-    metric = protocol.metric_parse(data, "metric")
+    metric = protocol.metric_parse(data, "")
     services.log_batch(
         caller=caller,
         run_id=protocol.run_id_parse(data),
@@ -187,7 +187,7 @@ def runs_log_metric(request: HttpRequest, data: dict[str, Any], caller: Caller) 
 def runs_log_parameter(
     request: HttpRequest, data: dict[str, Any], caller: Caller
 ) -> dict[str, Any]:
-    param = protocol.param_parse(data, "param")
+    param = protocol.param_parse(data, "")
     services.log_batch(
         caller=caller, run_id=protocol.run_id_parse(data), metric_items=[], params=[param], tags=[]
     )
@@ -195,7 +195,7 @@ def runs_log_parameter(
 
 
 def runs_set_tag(request: HttpRequest, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
-    tag = protocol.tag_parse(data, "tag")
+    tag = protocol.tag_parse(data, "")
     services.log_batch(
         caller=caller, run_id=protocol.run_id_parse(data), metric_items=[], params=[], tags=[tag]
     )

@@ -200,3 +200,257 @@ def test_unsupported_endpoint_answers_in_mlflows_shape(live_server: Any) -> None
     response = requests.get(f"{live_server.url}/mlflow/#/experiments", timeout=20)
     assert response.headers["Content-Type"] == "application/json"
     assert response.json()["error_code"] == "ENDPOINT_NOT_FOUND"
+
+
+# --- bad input: MLflow's error code and status, nothing stored ------------------------------
+
+
+def stored(run: Run) -> tuple[int, int, Any, Any]:
+    run.refresh_from_db()
+    return (
+        MetricPoint.objects.filter(run=run).count(),
+        MetricSummary.objects.filter(run=run).count(),
+        run.tracker_config,
+        run.tracker_tags,
+    )
+
+
+def metric(key: str = "train/loss", value: Any = 1.0, step: Any = 1) -> dict[str, Any]:
+    return {"key": key, "value": value, "timestamp": 1_800_000_000_000, "step": step}
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"metrics": [metric(step="NaN")]}, "metrics[0].step"),
+        ({"metrics": [metric(step=1.5)]}, "64-bit integer"),
+        ({"metrics": [metric(value="lots")]}, "valid double"),
+        ({"metrics": [{**metric(), "timestamp": "NaN"}]}, "timestamp"),
+        ({"metrics": [metric(key="bad key!")]}, "names may only contain"),
+        ({"metrics": [metric(key="../escape")]}, "resolve to other names"),
+        ({"metrics": [metric(key="has space")]}, "no spaces"),
+        ({"metrics": [metric(step=-1)]}, "steps from 0"),
+        ({"params": [{"key": "lr", "value": 0.1}]}, "must be a string"),
+        ({"params": [{"key": "lr", "value": "x" * 6001}]}, "maximum length of 6000"),
+        ({"tags": [{"key": "t", "value": "x" * 8001}]}, "maximum length of 8000"),
+        ({"params": [{"key": "a", "value": "1"}, {"key": "a", "value": "2"}]}, "Duplicate"),
+        ({"metrics": [metric(step=s) for s in range(1001)]}, "at most 1000 metrics"),
+        ({"params": [{"key": f"p{i}", "value": "1"} for i in range(101)]}, "at most 100 params"),
+        ({"tags": [{"key": f"t{i}", "value": "1"} for i in range(101)]}, "at most 100 tags"),
+        ({"metrics": "not a list"}, "must be a list"),
+    ],
+)
+def test_log_batch_refuses_bad_input_and_stores_nothing(
+    job: tuple[Run, str], live_server: Any, body: dict[str, Any], fragment: str
+) -> None:
+    run, token = job
+    before = stored(run)
+    response = call(
+        live_server,
+        "POST",
+        "runs/log-batch",
+        {"run_id": str(run.pk), "metrics": [metric(key="good", step=7)], **body},
+        token,
+    )
+    assert response.status_code == 400, response.text
+    assert response.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert fragment in response.json()["message"]
+    assert stored(run) == before
+
+
+def test_log_batch_over_one_megabyte_is_refused_unread(
+    job: tuple[Run, str], live_server: Any
+) -> None:
+    run, token = job
+    before = stored(run)
+    body = json.dumps({"run_id": str(run.pk), "tags": [{"key": "t", "value": "x" * 1_000_100}]})
+    response = call(live_server, "POST", "runs/log-batch", body, token)
+    assert response.status_code == 400
+    assert response.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+    assert "at most 1000000 bytes" in response.json()["message"]
+    assert stored(run) == before
+
+
+def test_unknown_run_ids_are_resource_does_not_exist(
+    job: tuple[Run, str], live_server: Any
+) -> None:
+    _, token = job
+    for run_id in ("999999", "abc", "0"):
+        response = call(live_server, "GET", "runs/get", {"run_id": run_id})
+        assert response.status_code == 404
+        assert response.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+    response = call(live_server, "POST", "runs/log-batch", {"run_id": "999999"}, token)
+    assert response.status_code == 404
+    assert response.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+    missing = call(
+        live_server, "GET", "metrics/get-history", {"run_id": "424242", "metric_key": "x"}
+    )
+    assert missing.json()["error_code"] == "RESOURCE_DOES_NOT_EXIST"
+
+
+def test_a_run_token_writes_its_own_run_only(
+    recipe: Any, job: tuple[Run, str], live_server: Any
+) -> None:
+    run, token = job
+    other = Run.objects.filter(plan=run.plan).exclude(pk=run.pk).first()
+    assert other is not None
+    before = stored(other)
+    for path, body in (
+        ("runs/log-batch", {"run_id": str(other.pk), "metrics": [metric()]}),
+        ("runs/log-metric", {"run_id": str(other.pk), **metric()}),
+        ("runs/log-parameter", {"run_id": str(other.pk), "key": "a", "value": "b"}),
+        ("runs/set-tag", {"run_id": str(other.pk), "key": "a", "value": "b"}),
+        ("runs/update", {"run_id": str(other.pk), "status": "FAILED"}),
+    ):
+        response = call(live_server, "POST", path, body, token)
+        assert response.status_code == 403, (path, response.text)
+        assert response.json()["error_code"] == "PERMISSION_DENIED"
+    assert stored(other) == before
+    other.refresh_from_db()
+    assert other.state == RunState.QUEUED
+
+
+def test_anonymous_and_bad_tokens_write_nothing(job: tuple[Run, str], live_server: Any) -> None:
+    run, _ = job
+    before = stored(run)
+    body = {"run_id": str(run.pk), "metrics": [metric()]}
+    anonymous = call(live_server, "POST", "runs/log-batch", body)
+    assert anonymous.status_code == 401
+    assert anonymous.json()["error_code"] == "UNAUTHENTICATED"
+    forged = call(live_server, "POST", "runs/log-batch", body, f"r{run.pk}." + "0" * 64)
+    assert forged.status_code == 401
+    unknown = call(live_server, "POST", "runs/log-batch", body, "f" * 40)
+    assert unknown.status_code == 401
+    assert stored(run) == before
+
+
+def test_a_contributor_token_may_not_write(
+    job: tuple[Run, str], live_server: Any, contributor: Any
+) -> None:
+    run, _ = job
+    token = Token.objects.create(user=contributor).key
+    response = call(
+        live_server, "POST", "runs/log-batch", {"run_id": str(run.pk), "metrics": [metric()]}, token
+    )
+    assert response.status_code == 403
+    assert response.json()["error_code"] == "PERMISSION_DENIED"
+    assert not MetricPoint.objects.filter(run=run).exists()
+
+
+def test_a_param_rewritten_with_another_value_is_refused(job: tuple[Run, str]) -> None:
+    import mlflow
+    from mlflow.exceptions import MlflowException
+
+    run, _ = job
+    with mlflow.start_run():
+        mlflow.log_param("lr", "0.1")
+        mlflow.log_param("lr", "0.1")  # the same value again is fine
+        with pytest.raises(MlflowException) as refused:
+            mlflow.log_param("lr", "0.2")
+        assert refused.value.error_code == "INVALID_PARAMETER_VALUE"
+        assert "Changing param values is not allowed" in refused.value.message
+    run.refresh_from_db()
+    assert run.tracker_config == {"lr": "0.1"}
+
+
+def test_a_rejected_batch_keeps_its_params_and_tags_out_too(
+    job: tuple[Run, str], live_server: Any
+) -> None:
+    run, token = job
+    call(
+        live_server,
+        "POST",
+        "runs/log-parameter",
+        {"run_id": str(run.pk), "key": "lr", "value": "1"},
+        token,
+    )
+    before = stored(run)
+    response = call(
+        live_server,
+        "POST",
+        "runs/log-batch",
+        {
+            "run_id": str(run.pk),
+            "metrics": [metric(step=3)],
+            "params": [{"key": "width", "value": "64"}, {"key": "lr", "value": "2"}],
+            "tags": [{"key": "t", "value": "v"}],
+        },
+        token,
+    )
+    assert response.status_code == 400
+    assert stored(run) == before
+
+
+def test_nan_metric_values_are_not_stored_and_the_timeline_says_so(
+    job: tuple[Run, str], live_server: Any
+) -> None:
+    run, token = job
+    body = {
+        "run_id": str(run.pk),
+        "metrics": [metric(value="NaN", step=5), metric(value=2.0, step=4)],
+    }
+    for _ in range(2):
+        assert call(live_server, "POST", "runs/log-batch", body, token).status_code == 200
+    assert list(MetricPoint.objects.filter(run=run).values_list("step", "value")) == [(4, 2.0)]
+    notes = list(
+        RunEvent.objects.filter(run=run, verb="not_finite").values_list("message", flat=True)
+    )
+    assert notes == ["train/loss was not finite at step 5: such values are not stored"]
+
+
+def test_metrics_after_the_run_ended_are_refused(job: tuple[Run, str], live_server: Any) -> None:
+    run, token = job
+    assert (
+        call(
+            live_server, "POST", "runs/update", {"run_id": str(run.pk), "status": "FINISHED"}, token
+        ).status_code
+        == 200
+    )
+    response = call(
+        live_server, "POST", "runs/log-batch", {"run_id": str(run.pk), "metrics": [metric()]}, token
+    )
+    assert response.status_code == 400
+    assert "must be running" in response.json()["message"]
+    again = call(
+        live_server, "POST", "runs/update", {"run_id": str(run.pk), "status": "RUNNING"}, token
+    )
+    assert again.status_code == 400
+    assert not MetricPoint.objects.filter(run=run).exists()
+
+
+def test_wrong_method_and_non_json_bodies_answer_in_mlflows_shape(
+    job: tuple[Run, str], live_server: Any
+) -> None:
+    run, token = job
+    wrong = requests.get(f"{live_server.url}/mlflow/api/2.0/mlflow/runs/log-batch", timeout=20)
+    assert wrong.status_code == 405
+    assert wrong.json()["error_code"] == "BAD_REQUEST"
+    garbage = call(live_server, "POST", "runs/log-batch", b"{not json", token)
+    assert garbage.status_code == 400
+    assert garbage.json()["error_code"] == "BAD_REQUEST"
+
+
+def test_metric_history_pages(job: tuple[Run, str], live_server: Any) -> None:
+    run, token = job
+    call(
+        live_server,
+        "POST",
+        "runs/log-batch",
+        {"run_id": str(run.pk), "metrics": [metric(value=float(s), step=s) for s in range(25)]},
+        token,
+    )
+    steps: list[int] = []
+    page_token = ""
+    pages = 0
+    while True:
+        query = {"run_id": str(run.pk), "metric_key": "train/loss", "max_results": "10"}
+        if page_token:
+            query["page_token"] = page_token
+        body = call(live_server, "GET", "metrics/get-history", query).json()
+        steps += [m["step"] for m in body["metrics"]]
+        pages += 1
+        page_token = body.get("next_page_token", "")
+        if not page_token:
+            break
+    assert steps == list(range(25))
+    assert pages == 3
