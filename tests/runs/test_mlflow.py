@@ -421,7 +421,7 @@ def test_metrics_after_the_run_ended_are_refused(job: tuple[Run, str], live_serv
 def test_wrong_method_and_non_json_bodies_answer_in_mlflows_shape(
     job: tuple[Run, str], live_server: Any
 ) -> None:
-    run, token = job
+    _, token = job
     wrong = requests.get(f"{live_server.url}/mlflow/api/2.0/mlflow/runs/log-batch", timeout=20)
     assert wrong.status_code == 405
     assert wrong.json()["error_code"] == "BAD_REQUEST"
