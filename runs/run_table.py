@@ -19,6 +19,7 @@ from django.conf import settings
 from django.urls import reverse
 
 from runs.ladder import Ladder, plan_ladder
+from runs.metric_declarations import MetricDeclaration, declarations_parse
 from runs.models import TERMINAL_RUN_STATES, MetricSummary, Plan, PlanLaunch, Run, RunState
 from runs.plans import canonical_json, flatten
 from runs.results import TABLE_KEYS
@@ -54,7 +55,7 @@ class RunRow:
     axes: dict[str, Any]
     diff: list[tuple[str, Any]]
     values: dict[str, float]
-    metrics: list[tuple[str, float | None]]
+    metrics: list[tuple[str, float | None, MetricDeclaration | None]]  # the metric columns
     step: int | None
     total_steps: int | None
     job_url: str = ""
@@ -187,6 +188,14 @@ def job_url(run: Run) -> str:
     return ""
 
 
+def metric_columns(plan: Plan | None) -> dict[str, MetricDeclaration | None]:
+    """The run table's metric columns: those the plan's recipe declares as columns (with
+    their unit and label), else the default keys."""
+    declared = declarations_parse(plan.recipe.metrics) if plan is not None else {}
+    chosen = {key: d for key, d in declared.items() if d.column}
+    return dict(chosen) if chosen else dict.fromkeys(TABLE_KEYS)
+
+
 def plan_axes(plan: Plan | None) -> list[str]:
     spec = (plan.spec if plan else None) or {}
     axes = [str(name) for name in (spec.get("axes") or {})]
@@ -209,7 +218,13 @@ def _axis_values(run: Run, axes: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def _row(run: Run, axes: Sequence[str], values: dict[str, float], step: int | None) -> RunRow:
+def _row(
+    run: Run,
+    axes: Sequence[str],
+    values: dict[str, float],
+    step: int | None,
+    columns: Mapping[str, MetricDeclaration | None],
+) -> RunRow:
     total = (run.config or {}).get("steps")
     diff = run.entry.diff or {}
     return RunRow(
@@ -217,7 +232,7 @@ def _row(run: Run, axes: Sequence[str], values: dict[str, float], step: int | No
         axes=_axis_values(run, axes),
         diff=[(key, change.get("value")) for key, change in diff.items()],
         values=values,
-        metrics=[(key, values.get(key)) for key in TABLE_KEYS],
+        metrics=[(key, values.get(key), declared) for key, declared in columns.items()],
         step=step,
         total_steps=total if isinstance(total, int) and not isinstance(total, bool) else None,
         job_url=job_url(run),
@@ -281,6 +296,7 @@ def _columns(
     axes: Sequence[str],
     metric_keys: Sequence[str],
     extra: Mapping[str, str],
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Column]:
     """Each sortable column with the query its header links to (a second click reverses)."""
     columns: dict[str, Column] = {}
@@ -291,7 +307,10 @@ def _columns(
         params = {**extra, "sort": next_sort, **({"group": group} if group else {})}
         aria = ("descending" if descending else "ascending") if current else "none"
         columns[column_id] = Column(
-            id=column_id, label=column_id, query=urlencode(params, safe="/,"), aria_sort=aria
+            id=column_id,
+            label=(labels or {}).get(column_id, column_id),
+            query=urlencode(params, safe="/,"),
+            aria_sort=aria,
         )
     return columns
 
@@ -311,9 +330,10 @@ def run_table_build(
     runs = list(runs)
     axes = plan_axes(plan)
     values, steps, logged = final_values(runs)
-    rows = [_row(run, axes, values[run.pk], steps.get(run.pk)) for run in runs]
+    columns = metric_columns(plan)
+    rows = [_row(run, axes, values[run.pk], steps.get(run.pk), columns) for run in runs]
     all_keys = ordered_keys(k for v in values.values() for k in v)
-    metric_keys = list(TABLE_KEYS)
+    metric_keys = list(columns)
     sort = sort if sort.lstrip("-") in {*FIXED_SORTS, *metric_keys, *axes} else ""
     group = group if group in axes else ""
     rows = rows_sort(rows, sort=sort, axes=axes, metric_keys=metric_keys)
@@ -330,7 +350,12 @@ def run_table_build(
         launch=launch,
         groups=rows_group(rows, group=group),
         columns=_columns(
-            sort=sort, group=group, axes=axes, metric_keys=metric_keys, extra=extra_params or {}
+            sort=sort,
+            group=group,
+            axes=axes,
+            metric_keys=metric_keys,
+            extra=extra_params or {},
+            labels={k: d.label_with_unit for k, d in columns.items() if d is not None},
         ),
         values=values,
     )

@@ -249,7 +249,7 @@ def record_parse(line: bytes) -> _Record | str | None:
 def _time(data: dict[str, Any]) -> float | None:
     for name in ("time", "_timestamp", "timestamp"):
         value = data.get(name)
-        if _number(value) and EARLIEST <= value <= LATEST:
+        if isinstance(value, int | float) and _number(value) and EARLIEST <= value <= LATEST:
             return float(value)
     return None
 
@@ -417,7 +417,7 @@ def _apply_config_and_summary(*, run_id: int, report: ImportReport) -> None:
 def _read_blocks(stream: IO[bytes] | Iterable[bytes], cap: int) -> Iterator[bytes]:
     total = 0
     if hasattr(stream, "read"):
-        reader: Iterable[bytes] = iter(lambda: stream.read(READ_BYTES), b"")  # type: ignore[union-attr]
+        reader: Iterable[bytes] = iter(lambda: stream.read(READ_BYTES), b"")
     else:
         reader = stream
     for block in reader:

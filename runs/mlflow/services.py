@@ -576,10 +576,10 @@ def _compare(left: Any, op: str, right: str | float) -> bool:
     return {
         "=": left == right,
         "!=": left != right,
-        "<": left < right,  # type: ignore[operator]
-        "<=": left <= right,  # type: ignore[operator]
-        ">": left > right,  # type: ignore[operator]
-        ">=": left >= right,  # type: ignore[operator]
+        "<": left < right,
+        "<=": left <= right,
+        ">": left > right,
+        ">=": left >= right,
     }[op]
 
 
