@@ -447,7 +447,8 @@ def tracker_import_receive(
     cap = int(settings.RUNS_TRACKER_IMPORT_MAX_BYTES)
     digest = hashlib.sha256()
     with transaction.atomic():
-        run = Run.objects.select_for_update().filter(pk=run_id).only("pk").first()
+        # No lock on the run: a long upload must not hold up its heartbeats and points.
+        run = Run.objects.filter(pk=run_id).only("pk").first()
         if run is None:
             raise DomainError(f"No run {run_id}.")
         upload = TrackerImport.objects.create(
