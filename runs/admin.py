@@ -9,6 +9,8 @@ from runs.models import (
     Recipe,
     Run,
     RunEvent,
+    TrackerImport,
+    TrackerImportChunk,
 )
 
 
@@ -76,3 +78,17 @@ class MetricSeriesAdmin(admin.ModelAdmin):
 class RunEventAdmin(admin.ModelAdmin):
     list_display = ["run", "verb", "created_at"]
     raw_id_fields = ["run"]
+
+
+@admin.register(TrackerImport)
+class TrackerImportAdmin(admin.ModelAdmin):
+    list_display = ["id", "run", "state", "filename", "size_bytes", "points_written", "created_at"]
+    list_filter = ["state", "door"]
+    raw_id_fields = ["run", "actor"]
+
+
+@admin.register(TrackerImportChunk)
+class TrackerImportChunkAdmin(admin.ModelAdmin):
+    list_display = ["tracker_import", "index"]
+    raw_id_fields = ["tracker_import"]
+    exclude = ["data"]  # up to 1 MB of an upload
