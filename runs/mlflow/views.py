@@ -14,7 +14,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from marin_site.errors import DomainError
-from runs.mlflow import protocol, services
+from runs.mlflow import protocol, selectors, services
 from runs.mlflow.errors import BAD_REQUEST, INTERNAL_ERROR, MlflowError, error_response, invalid
 from runs.mlflow.services import Caller
 
@@ -80,14 +80,14 @@ def _max_results(data: dict[str, Any], default: int, limit: int) -> int:
 def experiments_get(request: HttpRequest, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
     asked = protocol.field_string(data, "experiment_id", required=True)
     plan_id = protocol.experiment_id_parse(asked)
-    return {"experiment": services.experiment_get(plan_id=plan_id, asked=asked)}
+    return {"experiment": selectors.experiment_get(plan_id=plan_id, asked=asked)}
 
 
 def experiments_get_by_name(
     request: HttpRequest, data: dict[str, Any], caller: Caller
 ) -> dict[str, Any]:
     name = protocol.field_string(data, "experiment_name", required=True, limit=500)
-    return {"experiment": services.experiment_get_by_name(name=name)}
+    return {"experiment": selectors.experiment_get_by_name(name=name)}
 
 
 def experiments_create(
@@ -100,7 +100,7 @@ def experiments_create(
 def experiments_search(
     request: HttpRequest, data: dict[str, Any], caller: Caller
 ) -> dict[str, Any]:
-    return services.experiments_search(
+    return selectors.experiments_search(
         filter_text=protocol.field_string(data, "filter", limit=1000),
         max_results=_max_results(data, 1000, protocol.MAX_RESULTS_SEARCH),
         page_token=protocol.field_string(data, "page_token", limit=200),
@@ -127,7 +127,7 @@ def runs_create(request: HttpRequest, data: dict[str, Any], caller: Caller) -> d
 
 
 def runs_get(request: HttpRequest, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
-    return {"run": services.run_get(run_id=protocol.run_id_parse(data))}
+    return {"run": selectors.run_get(run_id=protocol.run_id_parse(data))}
 
 
 def runs_update(request: HttpRequest, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
@@ -147,7 +147,7 @@ def runs_delete(request: HttpRequest, data: dict[str, Any], caller: Caller) -> d
 
 
 def runs_search(request: HttpRequest, data: dict[str, Any], caller: Caller) -> dict[str, Any]:
-    return services.runs_search(
+    return selectors.runs_search(
         experiment_ids=protocol.field_list(data, "experiment_ids"),
         filter_text=protocol.field_string(data, "filter", limit=2000),
         max_results=_max_results(data, 1000, protocol.MAX_RESULTS_SEARCH),
@@ -211,7 +211,7 @@ def runs_delete_tag(request: HttpRequest, data: dict[str, Any], caller: Caller) 
 def metrics_get_history(
     request: HttpRequest, data: dict[str, Any], caller: Caller
 ) -> dict[str, Any]:
-    return services.metric_history(
+    return selectors.metric_history(
         run_id=protocol.run_id_parse(data),
         key=protocol.field_string(data, "metric_key", required=True, limit=250),
         max_results=_max_results(data, protocol.MAX_RESULTS_HISTORY, protocol.MAX_RESULTS_HISTORY),
@@ -243,7 +243,7 @@ GET_ALSO = {"experiments/search"}
 @csrf_exempt
 def elsewhere(request: HttpRequest, path: str) -> HttpResponse:
     """Anything under the prefix that is not MLflow's REST API (its UI, artifacts)."""
-    return error_response(services.endpoint_unknown(path))
+    return error_response(selectors.endpoint_unknown(path))
 
 
 @csrf_exempt
@@ -253,7 +253,7 @@ def endpoint(request: HttpRequest, path: str) -> HttpResponse:
     route = ROUTES.get(path)
     try:
         if route is None:
-            raise services.endpoint_unknown(path)
+            raise selectors.endpoint_unknown(path)
         method, handler = route
         allowed = {method, "GET"} if path in GET_ALSO else {method}
         if request.method not in allowed:
