@@ -23,7 +23,7 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
-from runs import metrics, queue, selectors, series, services, tracker_import, tracker_reports
+from runs import metrics, queue, selectors, series, services, tracker_reports, tracker_uploads
 from runs import permissions as run_perms
 from runs.executors import get_executor
 from runs.models import Run
@@ -298,7 +298,7 @@ class RunTrackerImportView(APIView):
         run, door, label = _importer_run(request, pk)
         content_type = request.content_type.split(";")[0].strip().lower()
         if content_type != "application/json":
-            upload = tracker_import.tracker_import_receive(
+            upload = tracker_uploads.tracker_import_receive(
                 run_id=run.pk,
                 stream=request._request,
                 door=door,

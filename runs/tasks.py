@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from runs import queue, results, series, tracker_import
+from runs import queue, results, series, tracker_uploads
 
 
 @shared_task(name="runs.plan_expand", time_limit=120, soft_time_limit=100)
@@ -47,9 +47,9 @@ def series_refresh_stale_task() -> int:
 
 @shared_task(name="runs.tracker_import", time_limit=3600, soft_time_limit=3500)
 def tracker_import_task(*, import_id: int) -> str:
-    return tracker_import.tracker_import_run(import_id=import_id)
+    return tracker_uploads.tracker_import_run(import_id=import_id)
 
 
 @shared_task(name="runs.tracker_imports_resume", time_limit=3600, soft_time_limit=3500)
 def tracker_imports_resume_task() -> int:
-    return tracker_import.tracker_imports_resume()
+    return tracker_uploads.tracker_imports_resume()

@@ -148,7 +148,7 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def run_import(request: HttpRequest, pk: int) -> HttpResponse:
     """Upload a ``tracker_metrics.jsonl`` on the run's page (maintainers): checked as it
     arrives, then imported by a task whose progress the page shows."""
-    from runs import tracker_import
+    from runs import tracker_import, tracker_uploads
 
     run = get_object_or_404(Run, pk=pk)
     if not request.user.has_perm(run_perms.IMPORT_METRICS, run):
@@ -158,7 +158,7 @@ def run_import(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, "Choose a tracker_metrics.jsonl file to import.")
         return redirect(run)
     try:
-        tracker_import.tracker_import_receive(
+        tracker_uploads.tracker_import_receive(
             run_id=run.pk,
             stream=upload.chunks(),
             door="web",

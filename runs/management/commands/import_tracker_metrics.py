@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from marin_site.errors import DomainError
-from runs import tracker_import
+from runs import tracker_import, tracker_uploads
 
 
 class Command(BaseCommand):
@@ -46,7 +46,7 @@ class Command(BaseCommand):
             )
 
         try:
-            upload = tracker_import.tracker_import_file(
+            upload = tracker_uploads.tracker_import_file(
                 run_id=options["run"], path=path, strict=options["strict"], progress=progress
             )
         except ValidationError as exc:
