@@ -454,3 +454,12 @@ def test_metric_history_pages(job: tuple[Run, str], live_server: Any) -> None:
             break
     assert steps == list(range(25))
     assert pages == 3
+
+
+def test_a_launched_job_is_told_where_mlflow_reports(recipe: Any, settings: Any) -> None:
+    settings.RUNS_MLFLOW_TRACKING_URI = "https://site.example/mlflow"
+    run, token = running_run(recipe)
+    env = queue.run_job_spec(run=run).env
+    assert env["MLFLOW_TRACKING_URI"] == "https://site.example/mlflow"
+    assert env["MLFLOW_TRACKING_TOKEN"] == token == env["RUN_TOKEN"]
+    assert env["MLFLOW_EXPERIMENT_ID"] == str(run.plan_id)
