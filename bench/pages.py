@@ -382,7 +382,8 @@ def seed(  # noqa: PLR0915 (one straight-line recipe)
     from django.db import connection, transaction
     from django.utils import timezone
 
-    from proposals.models import Door, Event, Label, Outcome, Proposal, Review, State
+    from marin_site.doors import Door
+    from proposals.models import Event, Label, Outcome, Proposal, Review, State
     from runs.demo_recipes import DEMO_RECIPES
     from runs.models import Recipe
     from runs.services import recipe_create

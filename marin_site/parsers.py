@@ -7,12 +7,19 @@ from typing import Any
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import JSONParser
 
+from marin_site.untrusted import untrusted_problem
+
 
 class SafeJSONParser(JSONParser):
-    """DRF's JSON parser, refusing absurdly nested documents with a 400 instead of a 500."""
+    """DRF's JSON parser, refusing with a 400 what the database or the site cannot hold:
+    absurd nesting, NUL characters, unpaired surrogates, integers past 64 bits."""
 
     def parse(self, stream: Any, media_type: str | None = None, parser_context: Any = None) -> Any:
         try:
-            return super().parse(stream, media_type, parser_context)
+            data = super().parse(stream, media_type, parser_context)
         except RecursionError as exc:
             raise ParseError("JSON parse error - the document is nested too deeply.") from exc
+        problem = untrusted_problem(data)
+        if problem:
+            raise ParseError(f"JSON parse error - {problem}.")
+        return data

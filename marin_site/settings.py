@@ -59,6 +59,7 @@ INSTALLED_APPS = [
     "allauth.account",
     "allauth.socialaccount",
     "allauth.socialaccount.providers.github",
+    "csp",
     "runs",
     "proposals",
 ]
@@ -66,6 +67,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "marin_site.middleware.RequestBodyCapMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -314,6 +316,34 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "ENUM_NAME_OVERRIDES": {
+        "ProposalStateEnum": "proposals.models.State",
+        "RunStateEnum": "runs.models.RunState",
+        "FailureKindEnum": "runs.models.FailureKind",
+    },
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "marin_site.api_schema.document_refusals",
+    ],
+}
+
+# Content-Security-Policy (django-csp): scripts, styles, fonts and data only from this site.
+# Images in user-written markdown are shown only from MARKDOWN_IMAGE_HOSTS (others become
+# links, proposals/markdown.py), so the policy names exactly those hosts.
+MARKDOWN_IMAGE_HOSTS = env_list("MARKDOWN_IMAGE_HOSTS")
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:", *(f"https://{host}" for host in MARKDOWN_IMAGE_HOSTS)],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "object-src": ["'none'"],
+        "base-uri": ["'self'"],
+        "form-action": ["'self'", "https://github.com"],
+        "frame-ancestors": ["'none'"],
+    }
 }
 
 LOGGING = {
@@ -329,3 +359,6 @@ if not DEBUG:
     SECURE_CONTENT_TYPE_NOSNIFF = True
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     X_FRAME_OPTIONS = "DENY"
+    # HSTS on answers served over HTTPS (SecurityMiddleware sends it only on secure requests).
+    SECURE_HSTS_SECONDS = int(os.environ.get("SECURE_HSTS_SECONDS", str(365 * 24 * 3600)))
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)

@@ -1,6 +1,6 @@
 from django.contrib import admin
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from marin_site import views
 from runs import views as run_views
@@ -20,5 +20,12 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include("marin_site.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
-    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
+    path(
+        "api/docs/",
+        SpectacularSwaggerSplitView.as_view(url_name="api-schema", template_name="api_docs.html"),
+        name="api-docs",
+    ),
 ]
+
+handler404 = "marin_site.views.not_found"
+handler500 = "marin_site.views.server_error"

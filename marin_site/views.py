@@ -1,9 +1,10 @@
-"""Site-wide views: the health check."""
+"""Site-wide views: the health check, and the 404 and 500 answers."""
 
 from __future__ import annotations
 
 from django.db import connection
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views import defaults
 from django.views.decorators.cache import never_cache
 
 from marin_site.celery import app as celery_app
@@ -35,3 +36,19 @@ def healthz(request: HttpRequest) -> JsonResponse:
     failing = [name for name, problem in problems.items() if problem]
     status = 503 if failing else 200
     return JsonResponse({"status": "unavailable" if failing else "ok", **body}, status=status)
+
+
+# Machine doors answer machines: a refusal there is JSON, never the site's HTML page.
+MACHINE_PREFIXES = ("/api/", "/mlflow/", "/github/webhook/")
+
+
+def not_found(request: HttpRequest, exception: Exception | None = None) -> HttpResponse:
+    if request.path.startswith(MACHINE_PREFIXES):
+        return JsonResponse({"detail": "Not found."}, status=404)
+    return defaults.page_not_found(request, exception)
+
+
+def server_error(request: HttpRequest) -> HttpResponse:
+    if request.path.startswith(MACHINE_PREFIXES):
+        return JsonResponse({"detail": "Server error: it has been logged."}, status=500)
+    return defaults.server_error(request)

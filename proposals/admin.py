@@ -2,7 +2,10 @@ from typing import Any
 
 from django.contrib import admin
 from django.db import models
+from django.http import HttpRequest
 
+from marin_site.admin import RecordedAdmin, TimelineAdmin
+from marin_site.doors import Door
 from proposals.models import (
     Amendment,
     Comment,
@@ -14,6 +17,29 @@ from proposals.models import (
     Review,
     WebhookDelivery,
 )
+from proposals.services import event_record
+
+
+class ProposalRecordedAdmin(RecordedAdmin):
+    """Admin edits of a proposal, or of its reviews, comments and amendments, go on the
+    proposal's timeline (a deleted proposal takes its timeline with it)."""
+
+    def admin_event_record(
+        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+    ) -> None:
+        if isinstance(obj, Proposal):
+            if verb.startswith("deleted"):
+                return
+            proposal, noun = obj, ""
+        else:
+            proposal, noun = obj.proposal, f"{obj._meta.verbose_name} "
+        event_record(
+            proposal=proposal,
+            actor=request.user,
+            verb=f"{noun}{verb}"[:40],
+            door=Door.ADMIN,
+            message=message,
+        )
 
 
 class ReviewInline(admin.TabularInline):
@@ -22,7 +48,7 @@ class ReviewInline(admin.TabularInline):
 
 
 @admin.register(Proposal)
-class ProposalAdmin(admin.ModelAdmin):
+class ProposalAdmin(ProposalRecordedAdmin):
     list_display = ["id", "title", "state", "outcome", "recipe", "author", "created_at"]
     list_filter = ["state", "outcome", "recipe", "labels"]
     search_fields = ["title", "summary", "hypothesis"]
@@ -32,26 +58,30 @@ class ProposalAdmin(admin.ModelAdmin):
 
 
 @admin.register(Review)
-class ReviewAdmin(admin.ModelAdmin):
+class ReviewAdmin(ProposalRecordedAdmin):
     list_display = ["proposal", "reviewer", "score", "recommendation", "created_at"]
     raw_id_fields = ["proposal", "reviewer"]
 
 
 @admin.register(Comment)
-class CommentAdmin(admin.ModelAdmin):
+class CommentAdmin(ProposalRecordedAdmin):
     list_display = ["proposal", "author", "author_label", "created_at"]
     raw_id_fields = ["proposal", "author"]
 
 
 @admin.register(Event)
-class EventAdmin(admin.ModelAdmin):
+class EventAdmin(TimelineAdmin):
     list_display = ["proposal", "verb", "from_state", "to_state", "door", "actor", "created_at"]
     list_filter = ["door", "verb"]
     raw_id_fields = ["proposal", "actor"]
 
 
 admin.site.register(Label)
-admin.site.register(Amendment)
+
+
+@admin.register(Amendment)
+class AmendmentAdmin(ProposalRecordedAdmin):
+    raw_id_fields = ["proposal", "author"]
 
 
 @admin.register(GitHubOutbox)

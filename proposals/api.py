@@ -8,23 +8,24 @@ from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import generics, mixins, status, viewsets
 from rest_framework.decorators import action
-from rest_framework.renderers import BrowsableAPIRenderer, JSONRenderer
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
 from marin_site.api import HasNamedPermission
+from marin_site.doors import Door
 from proposals import export as proposal_export
 from proposals import permissions as perms
 from proposals import query_language, selectors, services
 from proposals import search as proposal_search
 from proposals.filters import ProposalFilter
-from proposals.models import Comment, Door, Review
+from proposals.models import Comment, Review
 from proposals.serializers import (
     CommentSerializer,
-    EventSerializer,
     OutcomeSerializer,
     ProposalSerializer,
     ReviewSerializer,
+    TimelineEntrySerializer,
     TransitionSerializer,
 )
 from runs.serializers import PlanSerializer, plan_data
@@ -138,13 +139,37 @@ class ProposalViewSet(
         preview = services.proposal_plan(proposal=proposal)
         return Response(PlanSerializer(plan_data(preview)).data)
 
-    @extend_schema(responses=EventSerializer(many=True))
+    @extend_schema(request=TransitionSerializer, responses=ProposalSerializer)
+    @action(detail=True, methods=["post"])
+    def hold(self, request: Request, pk: str | None = None) -> Response:
+        return self._hold(request, hold=True)
+
+    @extend_schema(request=TransitionSerializer, responses=ProposalSerializer)
+    @action(detail=True, methods=["post"])
+    def unhold(self, request: Request, pk: str | None = None) -> Response:
+        return self._hold(request, hold=False)
+
+    def _hold(self, request: Request, *, hold: bool) -> Response:
+        body = TransitionSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        proposal = self.get_object()
+        services.proposal_hold(
+            proposal_id=proposal.pk,
+            actor=request.user,
+            hold=hold,
+            door=Door.API,
+            reason=body.validated_data["reason"],
+        )
+        return Response(self.get_serializer(self.get_queryset().get(pk=proposal.pk)).data)
+
+    @extend_schema(responses=TimelineEntrySerializer(many=True))
     @action(detail=True, methods=["get"])
     def timeline(self, request: Request, pk: str | None = None) -> Response:
+        """The proposal's events and its runs' events (``run`` set), oldest first."""
         proposal = self.get_object()
-        events = proposal.events.select_related("actor").order_by("created_at", "id")
-        page = self.paginate_queryset(events)
-        return self.get_paginated_response(EventSerializer(page, many=True).data)
+        page = self.paginate_queryset(selectors.proposal_timeline(proposal=proposal))
+        entries = selectors.timeline_entries(page or [])
+        return self.get_paginated_response(TimelineEntrySerializer(entries, many=True).data)
 
 
 class ReviewViewSet(
@@ -212,7 +237,8 @@ class ProposalSearchView(generics.GenericAPIView):
     """
 
     permission_classes = [HasNamedPermission]
-    renderer_classes = [JSONRenderer, BrowsableAPIRenderer, proposal_export.CSVRenderer]
+    # No browsable HTML here: people search on /search/; asked for HTML, this answers 406.
+    renderer_classes = [JSONRenderer, proposal_export.CSVRenderer]
 
     @extend_schema(
         parameters=[OpenApiParameter("q", str, description="A search query, e.g. label:moe")],

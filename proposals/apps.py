@@ -11,6 +11,7 @@ class ProposalsConfig(AppConfig):
         from proposals import (
             models,
             permissions,  # noqa: F401  (registers the rules)
+            services,
         )
         from proposals.github import receivers  # GitHub sync: listens to what runs/ announces
         from runs import signals as run_signals
@@ -30,4 +31,7 @@ class ProposalsConfig(AppConfig):
         )
         run_signals.plan_finished.connect(
             receivers.on_plan_finished, dispatch_uid="proposals.github.plan_finished"
+        )
+        run_signals.reconcile_pass.connect(
+            services.proposal_plans_reconcile, dispatch_uid="proposals.plans_reconcile"
         )

@@ -1,12 +1,22 @@
-"""Render user-written markdown, then sanitize the HTML (nh3) before it reaches a page."""
+"""Render user-written markdown, then sanitize the HTML (nh3) before it reaches a page.
+
+Images load only from the hosts in ``settings.MARKDOWN_IMAGE_HOSTS`` (the Content-Security-
+Policy names the same hosts): a reader's browser never fetches from a host a proposal's author
+picked. Any other markdown image becomes a link to it, and a raw ``<img>`` loses its ``src``.
+"""
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from functools import lru_cache
+from urllib.parse import urlsplit
 
 import markdown as md
 import nh3
+from django.conf import settings
 from django.utils.safestring import SafeString, mark_safe
+from markdown.extensions import Extension
+from markdown.treeprocessors import Treeprocessor
 
 ALLOWED_TAGS = {
     "a",
@@ -63,6 +73,40 @@ URL_SCHEMES = {"http", "https", "mailto"}
 EXTENSIONS = ["fenced_code", "tables", "sane_lists", "nl2br"]
 
 
+def image_allowed(src: str, hosts: frozenset[str]) -> bool:
+    """A site-relative path, or https from one of the allowed hosts."""
+    parts = urlsplit(src.strip())
+    if not parts.scheme and not parts.netloc:
+        return src.strip().startswith("/") and not src.strip().startswith("//")
+    return parts.scheme == "https" and (parts.hostname or "") in hosts
+
+
+class _ImagesAsLinks(Treeprocessor):
+    def __init__(self, md_instance: md.Markdown, hosts: frozenset[str]) -> None:
+        super().__init__(md_instance)
+        self.hosts = hosts
+
+    def run(self, root: ET.Element) -> None:
+        for image in root.iter("img"):
+            src = image.get("src", "")
+            if image_allowed(src, self.hosts):
+                continue
+            text = image.get("alt") or f"image: {src}"
+            image.attrib.clear()
+            image.tag = "a"
+            image.set("href", src)
+            image.text = text
+
+
+class ImagesAsLinks(Extension):
+    def __init__(self, hosts: frozenset[str]) -> None:
+        super().__init__()
+        self.hosts = hosts
+
+    def extendMarkdown(self, md_instance: md.Markdown) -> None:  # noqa: N802 (Markdown's name)
+        md_instance.treeprocessors.register(_ImagesAsLinks(md_instance, self.hosts), "images", 0)
+
+
 MEMO_MAX_CHARS = 32_000
 
 
@@ -74,18 +118,25 @@ def render_markdown(text: str) -> SafeString:
     on every request.
     """
     text = text or ""
+    hosts = frozenset(settings.MARKDOWN_IMAGE_HOSTS)
     if len(text) <= MEMO_MAX_CHARS:
-        return mark_safe(_render_memo(text))  # noqa: S308 (sanitized by nh3 in _render)
-    return mark_safe(_render(text))  # noqa: S308 (sanitized by nh3 in _render)
+        return mark_safe(_render_memo(text, hosts))  # noqa: S308 (sanitized by nh3 in _render)
+    return mark_safe(_render(text, hosts))  # noqa: S308 (sanitized by nh3 in _render)
 
 
 @lru_cache(maxsize=2048)
-def _render_memo(text: str) -> str:
-    return _render(text)
+def _render_memo(text: str, hosts: frozenset[str]) -> str:
+    return _render(text, hosts)
 
 
-def _render(text: str) -> str:
-    html = md.markdown(text, extensions=EXTENSIONS, output_format="html")
+def _render(text: str, hosts: frozenset[str]) -> str:
+    html = md.markdown(text, extensions=[*EXTENSIONS, ImagesAsLinks(hosts)], output_format="html")
+
+    def drop_foreign_images(element: str, attribute: str, value: str) -> str | None:
+        if element == "img" and attribute == "src" and not image_allowed(value, hosts):
+            return None
+        return value
+
     return nh3.clean(
         html,
         tags=ALLOWED_TAGS,
@@ -93,4 +144,5 @@ def _render(text: str) -> str:
         url_schemes=URL_SCHEMES,
         link_rel="nofollow noopener noreferrer",
         strip_comments=True,
+        attribute_filter=drop_foreign_images,
     )

@@ -8,6 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator, RegexVa
 from django.db import models
 from django.urls import reverse
 
+from marin_site.events import TimelineEvent
 from runs.models import Plan, Recipe
 
 MAX_MARKDOWN = 64 * 1024
@@ -49,14 +50,6 @@ class Confidence(models.TextChoices):
 class Direction(models.TextChoices):
     LOWER = "lower", "Lower is better"
     HIGHER = "higher", "Higher is better"
-
-
-class Door(models.TextChoices):
-    WEB = "web", "Web"
-    API = "api", "API"
-    GITHUB = "github", "GitHub"
-    WORKER = "worker", "Worker"
-    SYSTEM = "system", "System"
 
 
 class Label(models.Model):
@@ -249,23 +242,13 @@ class Amendment(models.Model):
         return f"amendment to {self.field} of {self.proposal_id}"
 
 
-class Event(models.Model):
+class Event(TimelineEvent):
     """An append-only timeline row: who did what, from and to, when, through which door."""
 
     proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="events")
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    actor_label = models.CharField(max_length=100, blank=True)
-    verb = models.CharField(max_length=40)
-    from_state = models.CharField(max_length=20, blank=True)
-    to_state = models.CharField(max_length=20, blank=True)
-    message = models.TextField(blank=True, max_length=10_000)
-    door = models.CharField(max_length=10, choices=Door.choices, default=Door.WEB)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
-    class Meta:
-        ordering = ["created_at", "id"]
+    class Meta(TimelineEvent.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"{self.verb} on {self.proposal_id} by {self.actor_label or self.actor_id}"

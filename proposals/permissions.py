@@ -1,8 +1,9 @@
-"""Every permission of the site, declared once (django-rules) and used by every door.
+"""Every permission of proposals, declared once (django-rules) and used by every door.
 
-Roles are Django groups: ``reviewer`` and ``maintainer`` (a maintainer is also a reviewer).
-Any signed-in, active user is a contributor. Views, API endpoints and slash commands ask
-``user.has_perm(NAME, obj)`` with the names below; the services ask again before writing.
+The roles and their checks (contributor, reviewer, maintainer) are the site's, in
+``marin_site/roles.py``. Which action an actor may take on a proposal in its current state
+is ``proposals.actions.allowed_actions``, built on these names; the services ask again
+before writing.
 """
 
 from __future__ import annotations
@@ -11,10 +12,7 @@ from typing import Any
 
 import rules
 
-ROLE_CONTRIBUTOR = "contributor"
-ROLE_REVIEWER = "reviewer"
-ROLE_MAINTAINER = "maintainer"
-ROLES = (ROLE_CONTRIBUTOR, ROLE_REVIEWER, ROLE_MAINTAINER)
+from marin_site.roles import is_contributor, is_maintainer, is_reviewer
 
 VIEW = "proposals.view_proposal"
 ADD = "proposals.add_proposal"
@@ -30,36 +28,7 @@ RECORD_OUTCOME = "proposals.record_outcome_proposal"
 COMMENT = "proposals.comment_proposal"
 VIEW_REVIEW_QUEUE = "proposals.view_review_queue"
 HOLD = "proposals.hold_proposal"
-RERUN = "proposals.rerun_proposal"
 MANAGE_GITHUB_SYNC = "proposals.manage_github_sync"
-
-
-def role_names(user: Any) -> frozenset[str]:
-    """The user's role groups, read once per user object."""
-    if not getattr(user, "is_authenticated", False) or not user.is_active:
-        return frozenset()
-    cached = getattr(user, "_marin_roles", None)
-    if cached is None:
-        cached = frozenset(user.groups.values_list("name", flat=True))
-        if user.is_superuser:
-            cached |= {ROLE_MAINTAINER}
-        user._marin_roles = cached
-    return cached
-
-
-@rules.predicate
-def is_contributor(user: Any) -> bool:
-    return bool(getattr(user, "is_authenticated", False) and user.is_active)
-
-
-@rules.predicate
-def is_maintainer(user: Any) -> bool:
-    return ROLE_MAINTAINER in role_names(user)
-
-
-@rules.predicate
-def is_reviewer(user: Any) -> bool:
-    return bool(role_names(user) & {ROLE_REVIEWER, ROLE_MAINTAINER})
 
 
 @rules.predicate
@@ -85,5 +54,4 @@ rules.add_perm(RECORD_OUTCOME, is_maintainer)
 rules.add_perm(COMMENT, is_contributor)
 rules.add_perm(VIEW_REVIEW_QUEUE, is_reviewer)
 rules.add_perm(HOLD, is_maintainer)
-rules.add_perm(RERUN, is_maintainer)
 rules.add_perm(MANAGE_GITHUB_SYNC, is_maintainer)

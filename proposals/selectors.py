@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db.models import (
     Avg,
+    BigIntegerField,
+    CharField,
     Count,
+    F,
     FloatField,
     IntegerField,
     OuterRef,
@@ -17,9 +23,14 @@ from django.db.models import (
     Subquery,
     Value,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Cast, Coalesce
 
+from marin_site.doors import Door
 from proposals.models import Comment, Event, Proposal, Review, State
+from runs.models import Run, RunEvent, RunState
+
+# The proposal page shows this many of the latest timeline entries; the API has them all.
+TIMELINE_PAGE_ROWS = 200
 
 
 def _per_proposal(aggregate: Any, output_field: Any) -> Subquery:
@@ -88,7 +99,8 @@ def proposal_rows() -> QuerySet[Proposal]:
 
 
 def proposal_detail(*, pk: int) -> Proposal:
-    """One proposal with its reviews, comments, amendments and timeline, prefetched."""
+    """One proposal with its reviews, comments and amendments, prefetched (its timeline:
+    ``proposal_timeline``)."""
     return (
         Proposal.objects.select_related("author", "recipe", "plan")
         .prefetch_related(
@@ -96,7 +108,6 @@ def proposal_detail(*, pk: int) -> Proposal:
             "amendments__author",
             Prefetch("reviews", queryset=Review.objects.select_related("reviewer")),
             Prefetch("comments", queryset=Comment.objects.select_related("author")),
-            Prefetch("events", queryset=Event.objects.select_related("actor")),
         )
         .get(pk=pk)
     )
@@ -116,3 +127,125 @@ def review_queue(*, reviewer: Any) -> QuerySet[Proposal]:
 def author_choices() -> QuerySet[Any]:
     user_model = get_user_model()
     return user_model.objects.filter(proposals__isnull=False).distinct().order_by("username")
+
+
+def plan_run_progress(*, plan_id: int) -> str:
+    """How many runs of the plan are in each state, e.g. "1 running, 2 finished"."""
+    counts = dict(
+        Run.objects.filter(plan_id=plan_id)
+        .order_by()
+        .values("state")
+        .annotate(n=Count("pk"))
+        .values_list("state", "n")
+    )
+    return ", ".join(f"{counts[state]} {state}" for state in RunState.values if state in counts)
+
+
+def proposal_status_text(proposal: Proposal) -> str:
+    """A proposal's status in one line of markdown: state, hold, outcome and run progress.
+
+    Written once, here, and used wherever the status is said: the answer to a slash
+    command, the status comment and the managed block of the GitHub issue.
+    """
+    parts = [f"state: **{proposal.get_state_display()}**"]
+    if proposal.on_hold:
+        parts.append("on hold")
+    if proposal.outcome:
+        parts.append(f"outcome **{proposal.get_outcome_display()}**")
+    text = ", ".join(parts)
+    if proposal.plan_id is not None:
+        progress = plan_run_progress(plan_id=proposal.plan_id)
+        if progress:
+            text += f"; runs: {progress}"
+    return text
+
+
+# ----------------------------------------------------------------------------- timeline
+
+TIMELINE_COLUMNS = (
+    "id",
+    "created_at",
+    "actor_label",
+    "verb",
+    "from_state",
+    "to_state",
+    "message",
+    "door",
+)
+
+
+@dataclass(frozen=True)
+class TimelineEntry:
+    """One row of a proposal's timeline: its own event, or an event of one of its runs."""
+
+    kind: str  # "proposal" or "run"
+    id: int
+    created_at: datetime
+    actor: str  # the name shown: the label, else the username, else "system"
+    verb: str
+    from_state: str
+    to_state: str
+    message: str
+    door: str
+    run: int | None  # the run, for a run's event
+
+    @property
+    def door_label(self) -> str:
+        return Door(self.door).label if self.door in Door.values else self.door
+
+    @classmethod
+    def of_row(cls, row: dict[str, Any]) -> TimelineEntry:
+        return cls(
+            kind=row["kind"],
+            id=row["id"],
+            created_at=row["created_at"],
+            actor=row["actor_label"] or row["actor_name"] or "system",
+            verb=row["verb"],
+            from_state=row["from_state"],
+            to_state=row["to_state"],
+            message=row["message"],
+            door=row["door"],
+            run=row["run_ref"],
+        )
+
+
+def proposal_timeline(*, proposal: Proposal) -> QuerySet[Any]:
+    """The proposal's timeline: its own events and the events of its plan's runs, oldest
+    first, as one query (rows are dicts: ``TimelineEntry.of_row`` reads them). ``runs``
+    keeps its events; they meet here, where proposals may read runs."""
+    own = (
+        Event.objects.filter(proposal_id=proposal.pk)
+        .order_by()
+        .annotate(
+            kind=Value("proposal", output_field=CharField()),
+            actor_name=F("actor__username"),
+            run_ref=Cast(Value(None), output_field=BigIntegerField()),
+        )
+        .values(*TIMELINE_COLUMNS, "kind", "actor_name", "run_ref")
+    )
+    if proposal.plan_id is None:
+        return own.order_by("created_at", "id")
+    of_runs = (
+        RunEvent.objects.filter(run__plan_id=proposal.plan_id)
+        .order_by()
+        .annotate(
+            kind=Value("run", output_field=CharField()),
+            actor_name=F("actor__username"),
+            run_ref=F("run_id"),
+        )
+        .values(*TIMELINE_COLUMNS, "kind", "actor_name", "run_ref")
+    )
+    return own.union(of_runs, all=True).order_by("created_at", "id")
+
+
+def timeline_entries(rows: Iterable[dict[str, Any]]) -> list[TimelineEntry]:
+    return [TimelineEntry.of_row(row) for row in rows]
+
+
+def proposal_timeline_recent(
+    *, proposal: Proposal, limit: int = TIMELINE_PAGE_ROWS
+) -> tuple[list[TimelineEntry], bool]:
+    """The latest ``limit`` entries of the timeline, oldest first, and whether there are
+    older ones (the page shows these; the API pages through all)."""
+    rows = list(proposal_timeline(proposal=proposal).order_by("-created_at", "-id")[: limit + 1])
+    return timeline_entries(reversed(rows[:limit])), len(rows) > limit

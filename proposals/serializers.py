@@ -8,8 +8,9 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from proposals.actions import allowed_actions
 from proposals.markdown import render_markdown
-from proposals.models import Comment, Confidence, Direction, Event, Outcome, Proposal, Review
+from proposals.models import Comment, Confidence, Direction, Outcome, Proposal, Review
 from runs.models import Recipe
 
 
@@ -24,6 +25,32 @@ class LabelsField(serializers.ListField):
 
     def to_representation(self, data: Any) -> list[str]:
         return [label.name for label in data.all()]
+
+
+class OptionalURLField(serializers.URLField):
+    """A link the proposal may not have: ``null`` in and out when there is none (the column
+    keeps ``""``), so a reader never meets an empty string where the schema says URL."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_null=True, allow_blank=True, required=False, **kwargs)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is None or data == "":
+            return (True, "")
+        return super().validate_empty_values(data)
+
+    def to_representation(self, value: str) -> Any:
+        return value or None
+
+
+class OptionalChoiceField(serializers.ChoiceField):
+    """A choice not made yet: ``null`` rather than an empty string outside the enum."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(allow_null=True, read_only=True, **kwargs)
+
+    def to_representation(self, value: str) -> Any:
+        return value or None
 
 
 class ProposalSerializer(serializers.ModelSerializer):
@@ -41,6 +68,12 @@ class ProposalSerializer(serializers.ModelSerializer):
     review_count = serializers.IntegerField(read_only=True, required=False)
     average_score = serializers.FloatField(read_only=True, required=False, allow_null=True)
     plan_id = serializers.IntegerField(read_only=True, allow_null=True)
+    allowed_actions = serializers.SerializerMethodField()
+    pr_url = OptionalURLField(max_length=500)
+    wandb_url = OptionalURLField(max_length=500)
+    data_browser_url = OptionalURLField(max_length=500)
+    outcome = OptionalChoiceField(choices=Outcome.choices)
+    confidence = OptionalChoiceField(choices=Confidence.choices)
 
     class Meta:
         model = Proposal
@@ -79,6 +112,8 @@ class ProposalSerializer(serializers.ModelSerializer):
             "plan_id",
             "review_count",
             "average_score",
+            "on_hold",
+            "allowed_actions",
             "created_at",
             "updated_at",
             "submitted_at",
@@ -87,6 +122,7 @@ class ProposalSerializer(serializers.ModelSerializer):
         ]
         read_only_fields = [
             "state",
+            "on_hold",
             "state_reason",
             "outcome",
             "conclusion",
@@ -105,6 +141,13 @@ class ProposalSerializer(serializers.ModelSerializer):
         request = self.context.get("request")
         path = reverse("proposals:detail", kwargs={"pk": obj.pk})
         return request.build_absolute_uri(path) if request else path
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_allowed_actions(self, obj: Proposal) -> list[str]:
+        """What the requesting user may do to this proposal now (``proposals.actions``)."""
+        request = self.context.get("request")
+        user = getattr(request, "user", None)
+        return [action.name for action in allowed_actions(obj, user)] if user else []
 
     @extend_schema_field(serializers.CharField())
     def get_description_html(self, obj: Proposal) -> str:
@@ -159,12 +202,17 @@ class CommentSerializer(serializers.ModelSerializer):
         return str(render_markdown(obj.body))
 
 
-class EventSerializer(serializers.ModelSerializer):
-    actor = serializers.SerializerMethodField()
+class TimelineEntrySerializer(serializers.Serializer):
+    """A row of a proposal's timeline (``proposals.selectors.TimelineEntry``): the proposal's
+    own events, and its runs' events with ``run`` set."""
 
-    class Meta:
-        model = Event
-        fields = ["id", "verb", "actor", "from_state", "to_state", "message", "door", "created_at"]
-
-    def get_actor(self, obj: Event) -> str:
-        return obj.actor_label or (obj.actor.username if obj.actor else "")
+    kind = serializers.ChoiceField(choices=["proposal", "run"])
+    id = serializers.IntegerField()
+    run = serializers.IntegerField(allow_null=True)
+    verb = serializers.CharField()
+    actor = serializers.CharField()
+    from_state = serializers.CharField()
+    to_state = serializers.CharField()
+    message = serializers.CharField()
+    door = serializers.CharField()
+    created_at = serializers.DateTimeField()

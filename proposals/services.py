@@ -7,7 +7,6 @@ permission checks and the timeline are the same whichever way a change arrives.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
@@ -15,13 +14,15 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
+from marin_site.doors import Door
+from marin_site.errors import DomainError
+from marin_site.roles import permission_require
 from proposals import permissions as perms
+from proposals.actions import TRANSITIONS, action_require
 from proposals.github import outbox as github_outbox
 from proposals.models import (
     Amendment,
     Comment,
-    Door,
     Event,
     Label,
     Outcome,
@@ -34,7 +35,6 @@ from runs.services import plan_build, plan_cancel, plan_freeze, plan_launch
 
 Actor = User | AnonymousUser
 
-EDITABLE_STATES = {State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED}
 # After approval the plan is frozen: only these fields may still change (as amendments).
 AMENDABLE_FIELDS = {
     "description",
@@ -78,64 +78,8 @@ PROPOSAL_FIELDS = (
 )
 
 
-@dataclass(frozen=True)
-class Transition:
-    action: str
-    sources: frozenset[str]
-    target: str
-    permission: str
-    verb: str
-    needs_reason: bool = False
-
-
-TRANSITIONS: dict[str, Transition] = {
-    t.action: t
-    for t in (
-        Transition(
-            "submit",
-            frozenset({State.DRAFT, State.CHANGES_REQUESTED}),
-            State.SUBMITTED,
-            perms.SUBMIT,
-            "submitted",
-        ),
-        Transition(
-            "request_changes",
-            frozenset({State.SUBMITTED}),
-            State.CHANGES_REQUESTED,
-            perms.REQUEST_CHANGES,
-            "changes requested",
-            needs_reason=True,
-        ),
-        Transition(
-            "approve", frozenset({State.SUBMITTED}), State.APPROVED, perms.APPROVE, "approved"
-        ),
-        Transition(
-            "reject",
-            frozenset({State.SUBMITTED}),
-            State.REJECTED,
-            perms.REJECT,
-            "rejected",
-            needs_reason=True,
-        ),
-        Transition(
-            "withdraw",
-            frozenset({State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED, State.APPROVED}),
-            State.WITHDRAWN,
-            perms.WITHDRAW,
-            "withdrew",
-        ),
-        Transition("cancel", frozenset({State.APPROVED}), State.CANCELED, perms.CANCEL, "canceled"),
-    )
-}
-
-
 def _user(actor: Actor | None) -> User | None:
     return actor if isinstance(actor, User) and actor.is_authenticated else None
-
-
-def _require(actor: Actor | None, permission: str, proposal: Proposal | None, what: str) -> None:
-    if actor is None or not actor.has_perm(permission, proposal):
-        raise ActionForbidden(f"You do not have permission to {what}.")
 
 
 def event_record(
@@ -160,6 +104,12 @@ def event_record(
         message=message[:10_000],
         door=door,
     )
+
+
+def excerpt(text: str, limit: int = 280) -> str:
+    """The start of a text for a timeline row (a comment's first words)."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
 def proposal_plan(*, proposal: Proposal) -> PlanPreview:
@@ -216,7 +166,7 @@ def proposal_create(
     door: str = Door.WEB,
 ) -> Proposal:
     """Create a draft (and submit it at once when ``submit``). Nothing is stored on error."""
-    _require(author, perms.ADD, None, "propose an experiment")
+    permission_require(author, perms.ADD, None, "propose an experiment")
     proposal = Proposal(
         author=_user(author), **{k: v for k, v in data.items() if k in PROPOSAL_FIELDS}
     )
@@ -243,7 +193,7 @@ def proposal_update(
 ) -> Proposal:
     """Edit a proposal; after approval only amendable fields change, as dated amendments."""
     proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
-    _require(actor, perms.CHANGE, proposal, "edit this proposal")
+    action_require(proposal=proposal, actor=actor, name="edit")
     changes = {k: v for k, v in data.items() if k in PROPOSAL_FIELDS and getattr(proposal, k) != v}
     if proposal.state == State.APPROVED:
         locked = sorted(set(changes) - AMENDABLE_FIELDS)
@@ -252,10 +202,6 @@ def proposal_update(
                 f"The plan is frozen at approval; these fields can no longer change: "
                 f"{', '.join(locked)}."
             )
-    elif proposal.state not in EDITABLE_STATES:
-        raise TransitionNotAllowed(
-            action="edit", current=proposal.state, allowed=[*EDITABLE_STATES, State.APPROVED]
-        )
     old = {field: getattr(proposal, field) for field in changes}
     for field, value in changes.items():
         setattr(proposal, field, value)
@@ -326,16 +272,9 @@ def proposal_transition(
     if transition is None:
         raise DomainError(f"Unknown action '{action}'; known: {', '.join(TRANSITIONS)}.")
     proposal = Proposal.objects.select_for_update().select_related("recipe").get(pk=proposal_id)
-    _require(actor, transition.permission, proposal, f"{action.replace('_', ' ')} this proposal")
-    if proposal.state == transition.target:
-        return proposal
-    if proposal.state not in transition.sources:
-        raise TransitionNotAllowed(
-            action=action.replace("_", " "), current=proposal.state, allowed=transition.sources
-        )
+    if not action_require(proposal=proposal, actor=actor, name=action):
+        return proposal  # already in the target state
     reason = reason.strip()
-    if action == "approve" and proposal.on_hold:  # GitHub sync: /hold blocks approval
-        raise DomainError("This proposal is on hold; a maintainer must unhold it first.")
     if transition.needs_reason and not reason:
         raise ValidationError({"reason": [f"A reason is required to {action.replace('_', ' ')}."]})
     if len(reason) > 10_000:
@@ -361,11 +300,12 @@ def proposal_transition(
         proposal.approved_criteria = proposal.criteria
         proposal.git_ref = git_ref.strip()[:255] or proposal.git_ref
         update_fields += ["plan", "approved_hypothesis", "approved_criteria", "git_ref"]
-        approved_plan_id, criteria = proposal.plan.pk, dict(proposal.criteria)
-        transaction.on_commit(lambda: plan_launch(plan_id=approved_plan_id, criteria=criteria))
-    elif action == "cancel" and proposal.plan_id is not None:
-        canceled_plan_id = proposal.plan_id
-        transaction.on_commit(lambda: plan_cancel(plan_id=canceled_plan_id, door=door))
+        # The launch row commits with the approval (its expansion is nudged after commit),
+        # so an approved plan is never left without one.
+        plan_launch(plan_id=proposal.plan.pk, criteria=dict(proposal.criteria))
+    elif action in {"cancel", "withdraw"} and proposal.plan_id is not None:
+        # Set-based and in this transaction: the proposal and its plan stop together.
+        plan_cancel(plan_id=proposal.plan_id, actor=actor, door=door)
     if action in {"approve", "reject"}:
         proposal.decided_at = now
         update_fields.append("decided_at")
@@ -388,6 +328,40 @@ def proposal_transition(
     return proposal
 
 
+def proposal_plans_reconcile(**_signal: Any) -> dict[str, int]:
+    """Make good a plan hand-off that never happened: launch the plan of an approved
+    proposal that has no launch, cancel the launched plan of a canceled or withdrawn one.
+
+    The hand-off commits with the transition, so this finds rows older than that rule, or
+    left by a bug; the run reconciler calls it on every pass (``runs.signals.reconcile_pass``).
+    Each proposal is locked and looked at again, so a transition in flight is never undone.
+    """
+    unlaunched = Proposal.objects.filter(
+        state=State.APPROVED, plan__isnull=False, plan__launch__isnull=True
+    )
+    uncanceled = Proposal.objects.filter(
+        state__in=[State.CANCELED, State.WITHDRAWN],
+        plan__launch__isnull=False,
+        plan__launch__canceled_at__isnull=True,
+    )
+    done = {"launched": 0, "canceled": 0}
+    for proposal_id in list(unlaunched.values_list("pk", flat=True)[:500]):
+        with transaction.atomic():
+            proposal = unlaunched.select_for_update(of=("self",)).filter(pk=proposal_id).first()
+            if proposal is not None and proposal.plan_id is not None:
+                criteria = proposal.approved_criteria or proposal.criteria
+                plan_launch(plan_id=proposal.plan_id, criteria=dict(criteria))
+                done["launched"] += 1
+    for proposal_id in list(uncanceled.values_list("pk", flat=True)[:500]):
+        with transaction.atomic():
+            proposal = uncanceled.select_for_update(of=("self",)).filter(pk=proposal_id).first()
+            if proposal is not None and proposal.plan_id is not None:
+                plan_cancel(plan_id=proposal.plan_id, door=Door.WORKER)
+                github_outbox.outbox_proposal_changed(proposal=proposal)  # the runs' progress
+                done["canceled"] += 1
+    return done
+
+
 @transaction.atomic
 def review_submit(
     *,
@@ -400,10 +374,7 @@ def review_submit(
 ) -> Review:
     """Add or update the reviewer's review; never on one's own proposal."""
     proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
-    _require(reviewer, perms.REVIEW, proposal, "review this proposal")
-    allowed = {State.SUBMITTED, State.CHANGES_REQUESTED}
-    if proposal.state not in allowed:
-        raise TransitionNotAllowed(action="review", current=proposal.state, allowed=allowed)
+    action_require(proposal=proposal, actor=reviewer, name="review")
     user = _user(reviewer)
     review = Review.objects.filter(proposal=proposal, reviewer=user).first() or Review(
         proposal=proposal, reviewer=user
@@ -425,13 +396,16 @@ def review_submit(
 @transaction.atomic
 def comment_create(*, proposal_id: int, author: Actor, body: str, door: str = Door.WEB) -> Comment:
     proposal = Proposal.objects.get(pk=proposal_id)
-    _require(author, perms.COMMENT, proposal, "comment")
+    action_require(proposal=proposal, actor=author, name="comment")
     comment = Comment(proposal=proposal, author=_user(author), body=body)
     comment.author_label = author.get_username() if comment.author else ""
     comment.full_clean()
     if not body.strip():
         raise ValidationError({"body": ["A comment cannot be empty."]})
     comment.save()
+    event_record(
+        proposal=proposal, actor=author, verb="commented", door=door, message=excerpt(body)
+    )
     if door != Door.GITHUB:  # GitHub sync: mirror site comments onto the issue
         github_outbox.outbox_site_comment(comment=comment)
     return comment
@@ -449,12 +423,7 @@ def proposal_record_outcome(
 ) -> Proposal:
     """Record the scientific verdict, kept apart from the state; an event marks each change."""
     proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
-    _require(actor, perms.RECORD_OUTCOME, proposal, "record the outcome")
-    allowed = {State.APPROVED, State.CANCELED}
-    if proposal.state not in allowed:
-        raise TransitionNotAllowed(
-            action="record an outcome", current=proposal.state, allowed=allowed
-        )
+    action_require(proposal=proposal, actor=actor, name="record_outcome")
     if outcome not in Outcome.values:
         raise ValidationError({"outcome": [f"must be one of {', '.join(Outcome.values)}"]})
     previous = proposal.outcome
@@ -486,8 +455,7 @@ def proposal_hold(
 ) -> Proposal:
     """Set or clear a maintainer's hold: not a state, a flag that blocks approval while set."""
     proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
-    _require(actor, perms.HOLD, proposal, "hold or unhold this proposal")
-    if proposal.on_hold == hold:
+    if not action_require(proposal=proposal, actor=actor, name="hold" if hold else "unhold"):
         return proposal
     proposal.on_hold = hold
     proposal.save(update_fields=["on_hold", "updated_at"])

@@ -13,6 +13,8 @@ urlpatterns = [
     path(
         "proposals/<int:pk>/transition/<str:action>/", views.proposal_transition, name="transition"
     ),
+    path("proposals/<int:pk>/hold/", views.proposal_hold, {"hold": True}, name="hold"),
+    path("proposals/<int:pk>/unhold/", views.proposal_hold, {"hold": False}, name="unhold"),
     path("proposals/<int:pk>/review/", views.review_submit, name="review"),
     path("proposals/<int:pk>/comment/", views.comment_create, name="comment"),
     path("proposals/<int:pk>/outcome/", views.outcome_record, name="outcome"),

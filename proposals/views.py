@@ -16,26 +16,19 @@ from django.utils.cache import patch_cache_control
 from django.utils.functional import cached_property
 from django.views.decorators.http import require_POST
 
+from marin_site.doors import Door
 from marin_site.errors import DomainError
 from proposals import export as proposal_export
 from proposals import permissions as perms
 from proposals import query_language, selectors, services
 from proposals import search as proposal_search
+from proposals.actions import ACTIONS, BUTTON_ACTIONS, TRANSITIONS, allowed_actions
 from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
 from proposals.markdown import render_markdown
-from proposals.models import Door, Proposal, State
+from proposals.models import Proposal, State
 from runs import selectors as run_selectors
 from runs.services import plan_build
-
-TRANSITION_LABELS = {
-    "submit": "Submit for review",
-    "request_changes": "Request changes",
-    "approve": "Approve",
-    "reject": "Reject",
-    "withdraw": "Withdraw",
-    "cancel": "Cancel",
-}
 
 
 def refusal(
@@ -89,25 +82,23 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     except Proposal.DoesNotExist as exc:
         raise Http404("No such proposal.") from exc
     user = request.user
-    actions = [
-        (name, TRANSITION_LABELS[name], t)
-        for name, t in services.TRANSITIONS.items()
-        if proposal.state in t.sources and user.has_perm(t.permission, proposal)
-    ]
+    allowed = {action.name: action for action in allowed_actions(proposal, user)}
     own_review = next((r for r in proposal.reviews.all() if r.reviewer_id == user.pk), None)
+    timeline, timeline_cut = selectors.proposal_timeline_recent(proposal=proposal)
     context = {
         "proposal": proposal,
-        "actions": actions,
+        "actions": [  # (name, label, action): the buttons of the actions panel
+            (name, allowed[name].label, allowed[name]) for name in BUTTON_ACTIONS if name in allowed
+        ],
         "reason_form": ReasonForm(),
-        "can_review": user.has_perm(perms.REVIEW, proposal)
-        and proposal.state in {State.SUBMITTED, State.CHANGES_REQUESTED},
+        "can_review": "review" in allowed,
         "review_form": ReviewForm(instance=own_review),
-        "can_comment": user.has_perm(perms.COMMENT, proposal),
+        "can_comment": "comment" in allowed,
         "comment_form": CommentForm(),
-        "can_edit": user.has_perm(perms.CHANGE, proposal)
-        and proposal.state in {*services.EDITABLE_STATES, State.APPROVED},
-        "can_record_outcome": user.has_perm(perms.RECORD_OUTCOME, proposal)
-        and proposal.state in {State.APPROVED, State.CANCELED},
+        "can_edit": "edit" in allowed,
+        "can_record_outcome": "record_outcome" in allowed,
+        "timeline": timeline,
+        "timeline_cut": timeline_cut,
         "outcome_form": OutcomeForm(
             initial={
                 "outcome": proposal.outcome,
@@ -231,7 +222,7 @@ def proposal_edit(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 @login_required
 def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpResponse:
-    if action not in services.TRANSITIONS:
+    if action not in TRANSITIONS:
         raise Http404("No such action.")
     form = ReasonForm(request.POST)
     if not form.is_valid():
@@ -249,7 +240,30 @@ def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpRespo
         )
     except (DomainError, ValidationError) as exc:
         return refusal(request, exc)
-    messages.success(request, f"Done: {TRANSITION_LABELS[action].lower()}.")
+    messages.success(request, f"Done: {ACTIONS[action].label.lower()}.")
+    return redirect("proposals:detail", pk=pk)
+
+
+@require_POST
+@login_required
+def proposal_hold(request: HttpRequest, pk: int, hold: bool) -> HttpResponse:
+    """Hold a proposal (approval waits) or release the hold: a maintainer's flag, not a state."""
+    form = ReasonForm(request.POST)
+    if not form.is_valid():
+        return refusal(
+            request, ValidationError(form.errors.as_data().get("reason", ["Invalid input."]))
+        )
+    try:
+        services.proposal_hold(
+            proposal_id=get_object_or_404(Proposal, pk=pk).pk,
+            actor=request.user,
+            hold=hold,
+            door=Door.WEB,
+            reason=form.cleaned_data["reason"],
+        )
+    except DomainError as exc:
+        return refusal(request, exc)
+    messages.success(request, f"Done: {ACTIONS['hold' if hold else 'unhold'].label.lower()}.")
     return redirect("proposals:detail", pk=pk)
 
 

@@ -1,5 +1,11 @@
-from django.contrib import admin
+from typing import Any
 
+from django.contrib import admin
+from django.db import models
+from django.http import HttpRequest
+
+from marin_site.admin import RecordedAdmin, TimelineAdmin
+from marin_site.doors import Door
 from runs.models import (
     MetricSeries,
     MetricSummary,
@@ -7,18 +13,31 @@ from runs.models import (
     PlanEntry,
     PlanLaunch,
     Recipe,
+    RecipeEvent,
     Run,
     RunEvent,
     TrackerImport,
     TrackerImportChunk,
 )
+from runs.queue import run_event_record
+from runs.services import recipe_event_record
 
 
 @admin.register(Recipe)
-class RecipeAdmin(admin.ModelAdmin):
+class RecipeAdmin(RecordedAdmin):
+    """Admin edits of a recipe go in its history, as edits on the site do."""
+
     list_display = ["name", "version", "title", "is_active", "created_at"]
     list_filter = ["is_active"]
     search_fields = ["name", "title"]
+
+    def admin_event_record(
+        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+    ) -> None:
+        if not verb.startswith("deleted"):  # a deleted recipe takes its history with it
+            recipe_event_record(
+                recipe=obj, actor=request.user, verb=verb, door=Door.ADMIN, message=message
+            )
 
 
 class PlanEntryInline(admin.TabularInline):
@@ -51,10 +70,21 @@ class PlanLaunchAdmin(admin.ModelAdmin):
 
 
 @admin.register(Run)
-class RunAdmin(admin.ModelAdmin):
+class RunAdmin(RecordedAdmin):
+    """Admin edits of a run go on its timeline (and so on its proposal's)."""
+
     list_display = ["id", "plan", "state", "failure_kind", "executor", "attempt"]
     list_filter = ["state", "failure_kind", "executor"]
     raw_id_fields = ["plan", "entry"]
+    formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
+
+    def admin_event_record(
+        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+    ) -> None:
+        if not verb.startswith("deleted"):  # a deleted run takes its timeline with it
+            run_event_record(
+                run=obj, verb=verb, door=Door.ADMIN, actor=request.user, message=message
+            )
 
 
 @admin.register(MetricSummary)
@@ -74,12 +104,6 @@ class MetricSeriesAdmin(admin.ModelAdmin):
     exclude = ["buckets"]
 
 
-@admin.register(RunEvent)
-class RunEventAdmin(admin.ModelAdmin):
-    list_display = ["run", "verb", "created_at"]
-    raw_id_fields = ["run"]
-
-
 @admin.register(TrackerImport)
 class TrackerImportAdmin(admin.ModelAdmin):
     list_display = ["id", "run", "state", "filename", "size_bytes", "points_written", "created_at"]
@@ -92,3 +116,17 @@ class TrackerImportChunkAdmin(admin.ModelAdmin):
     list_display = ["tracker_import", "index"]
     raw_id_fields = ["tracker_import"]
     exclude = ["data"]  # up to 1 MB of an upload
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(TimelineAdmin):
+    list_display = ["run", "verb", "door", "actor", "created_at"]
+    list_filter = ["door", "verb"]
+    raw_id_fields = ["run", "actor"]
+
+
+@admin.register(RecipeEvent)
+class RecipeEventAdmin(TimelineAdmin):
+    list_display = ["recipe", "verb", "door", "actor", "created_at"]
+    list_filter = ["door", "verb"]
+    raw_id_fields = ["recipe", "actor"]

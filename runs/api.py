@@ -7,7 +7,7 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
 from rest_framework import mixins, viewsets
 from rest_framework.authentication import SessionAuthentication, TokenAuthentication
 from rest_framework.decorators import action
@@ -23,8 +23,15 @@ from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
+from marin_site.doors import Door
 from runs import metrics, queue, selectors, series, services, tracker_reports, tracker_uploads
 from runs import permissions as run_perms
+from runs.api_shapes import (
+    ChartDataSerializer,
+    RunLogsSerializer,
+    RunSeriesKeysSerializer,
+    RunSeriesSerializer,
+)
 from runs.executors import get_executor
 from runs.models import Run
 from runs.serializers import (
@@ -59,13 +66,16 @@ class RecipeViewSet(
 
     def perform_create(self, serializer: Any) -> None:
         serializer.instance = services.recipe_create(
-            actor=self.request.user, data=dict(serializer.validated_data)
+            actor=self.request.user, data=dict(serializer.validated_data), door=Door.API
         )
 
     def perform_update(self, serializer: Any) -> None:
         assert serializer.instance is not None
         serializer.instance = services.recipe_update(
-            recipe=serializer.instance, data=dict(serializer.validated_data)
+            recipe=serializer.instance,
+            data=dict(serializer.validated_data),
+            actor=self.request.user,
+            door=Door.API,
         )
 
 
@@ -126,7 +136,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
         run = self.get_object()
         if not request.user.has_perm(permission, run):
             raise PermissionDenied(f"You need the permission '{permission}'.")
-        result = service(run_id=run.pk, actor=request.user, door=queue.Door.API)
+        result = service(run_id=run.pk, actor=request.user, door=Door.API)
         return Response(RunSerializer(result).data)
 
     @extend_schema(request=None, responses=RunSerializer)
@@ -144,7 +154,17 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
     def retry(self, request: Request, pk: str) -> Response:
         return self._maintainer_action(request, run_perms.RETRY_RUN, queue.run_retry)
 
-    @extend_schema(parameters=[OpenApiParameter("key", str), OpenApiParameter("points", int)])
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("key", str, description="a metric key; without it, the run's keys"),
+            OpenApiParameter("points", int, description="at most this many points (2-10000)"),
+        ],
+        responses=PolymorphicProxySerializer(
+            component_name="RunSeriesAnswer",
+            serializers=[RunSeriesSerializer, RunSeriesKeysSerializer],
+            resource_type_field_name=None,
+        ),
+    )
     @action(detail=True, methods=["get"])
     def series(self, request: Request, pk: str) -> Response:
         run = self.get_object()
@@ -159,7 +179,10 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
             raise ValidationError({"points": ["must be between 2 and 10000"]})
         return Response(series.run_series_downsampled(run_id=run.pk, key=key, points=points))
 
-    @extend_schema(parameters=[OpenApiParameter("key", str)], responses={200: str})
+    @extend_schema(
+        parameters=[OpenApiParameter("key", str, description="one key; every key when absent")],
+        responses={(200, "text/csv"): OpenApiTypes.STR},
+    )
     @action(detail=True, methods=["get"], url_path="metrics.csv")
     def csv(self, request: Request, pk: str) -> StreamingHttpResponse:
         run = self.get_object()
@@ -170,7 +193,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
         response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-metrics.csv"'
         return response
 
-    @extend_schema(responses={200: str})
+    @extend_schema(responses=RunLogsSerializer)
     @action(detail=True, methods=["get"])
     def logs(self, request: Request, pk: str) -> Response:
         run = self.get_object()
@@ -235,7 +258,7 @@ class RunStatusView(RunnerView):
             to_state=data["state"],
             failure_kind=failure_kind,
             message=data["message"],
-            door=queue.Door.RUNNER,
+            door=Door.RUNNER,
             actor_label="runner",
         )
         return Response({"state": run.state})
@@ -328,13 +351,13 @@ class RunTrackerImportView(APIView):
 def _importer_run(request: Request, pk: int) -> tuple[Run, str, str]:
     """The run a tracker import names, if the caller may import into it; the door and label."""
     if request.META.get("HTTP_AUTHORIZATION", "").lower().startswith("bearer "):
-        return _runner_run(request, pk), queue.Door.RUNNER, "runner"
+        return _runner_run(request, pk), Door.RUNNER, "runner"
     run = Run.objects.filter(pk=pk).first()
     if run is None:
         raise NotFound()
     if not request.user.has_perm(run_perms.IMPORT_METRICS, run):
         raise PermissionDenied(f"You need the permission '{run_perms.IMPORT_METRICS}'.")
-    return run, queue.Door.API, ""
+    return run, Door.API, ""
 
 
 class RunTrackerImportsView(APIView):
@@ -406,7 +429,7 @@ class SeriesView(APIView):
 class PlanSeriesView(SeriesView):
     """Chart data of every run of a plan: ``{plan, active, keys, runs, series}``."""
 
-    @extend_schema(parameters=SERIES_PARAMETERS, responses=OpenApiTypes.OBJECT)
+    @extend_schema(parameters=SERIES_PARAMETERS, responses=ChartDataSerializer)
     def get(self, request: Request, plan_id: int) -> HttpResponse:
         body = series.plan_series(
             plan_id=plan_id, keys=_series_keys(request), points=_series_points(request)
@@ -422,7 +445,7 @@ class RunsSeriesView(SeriesView):
     @extend_schema(
         operation_id="v1_runs_series_compare",
         parameters=[OpenApiParameter("ids", str, required=True), *SERIES_PARAMETERS],
-        responses=OpenApiTypes.OBJECT,
+        responses=ChartDataSerializer,
     )
     def get(self, request: Request) -> HttpResponse:
         body = series.runs_series(

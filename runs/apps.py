@@ -14,4 +14,11 @@ class RunsConfig(AppConfig):
             series,  # noqa: F401  (refreshes a run's charts when it ends)
         )
 
-        invalidate_on_change(models.Recipe, models.Plan, models.PlanLaunch, models.Run)
+        invalidate_on_change(
+            models.Recipe,
+            models.RecipeEvent,
+            models.Plan,
+            models.PlanLaunch,
+            models.Run,
+            models.RunEvent,  # on the proposal page's timeline too
+        )

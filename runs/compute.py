@@ -23,7 +23,10 @@ COMPUTE_MODEL_KEYS = {
     "peak_flops_per_accelerator",
     "assumed_mfu",
     "accelerator",
+    "steady_state_warmup_steps",  # runs.steady: throughput summaries skip these steps
 }
+WARMUP_KEY = "steady_state_warmup_steps"
+MAX_WARMUP_STEPS = 10**12
 REQUIRED_COMPUTE_KEYS = {"active_params", "tokens", "peak_flops_per_accelerator", "assumed_mfu"}
 
 _BINARY: dict[type[ast.operator], Callable[[float, float], float]] = {
@@ -107,6 +110,15 @@ def evaluate(expression: float | int | str, config: Mapping[str, Any]) -> float:
     return result
 
 
+def warmup_problems(value: Any) -> list[str]:
+    """What is wrong with a declared steady-state warm-up (nothing when fine or absent)."""
+    if value is None:
+        return []
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_WARMUP_STEPS:
+        return [f"'{WARMUP_KEY}' must be a whole number of steps from 0 to {MAX_WARMUP_STEPS}"]
+    return []
+
+
 def validate_compute_model(model: Any) -> list[str]:
     """Return what is wrong with a compute model (an empty list when it is fine)."""
     if not isinstance(model, dict):
@@ -122,6 +134,7 @@ def validate_compute_model(model: Any) -> list[str]:
     mfu = model.get("assumed_mfu")
     if isinstance(mfu, int | float) and not isinstance(mfu, bool) and mfu > 1:
         errors.append("'assumed_mfu' is a fraction of peak and must be at most 1")
+    errors += warmup_problems(model.get(WARMUP_KEY))
     for key in ("total_params", "active_params", "tokens"):
         value = model.get(key)
         if value is None:

@@ -8,8 +8,11 @@ Declarations are checked against ``DECLARATIONS_SCHEMA`` when a recipe is saved.
 (``metrics_ingest``, every door) a value of a ``fraction`` key above 1 but at most 100 was
 logged in percent and is divided by 100; a ``percent`` key whose recipe says it is
 ``logged_as: fraction`` is multiplied by 100; anything outside the unit's range is refused,
-naming the key. So a table never shows "2280 %". Keys a recipe does not declare are kept as
-logged and shown under "other metrics".
+naming the key. So a table never shows "2280 %". ``warmup_steps`` is the steady-state
+warm-up of a throughput key (``runs.steady``: its median skips those steps; it overrides the
+compute model's ``steady_state_warmup_steps``). How a declared key is written and labelled
+is ``runs.presentation``'s. Keys a recipe does not declare are kept as logged and shown
+under "other metrics".
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from typing import Any
 import jsonschema
 from django.core.exceptions import ValidationError
 from django.db import connection
+
+from runs.compute import MAX_WARMUP_STEPS
 
 UNITS = (
     "",
@@ -57,7 +62,7 @@ DECLARATIONS_SCHEMA: dict[str, Any] = {
             "display": {"type": "string", "maxLength": 100},
             "column": {"type": "boolean"},
             "summary": {"type": "boolean"},
-            "warmup_steps": {"type": "integer", "minimum": 0},
+            "warmup_steps": {"type": "integer", "minimum": 0, "maximum": MAX_WARMUP_STEPS},
             "logged_as": {"enum": ["fraction", "percent"]},
         },
     },
@@ -72,21 +77,8 @@ class MetricDeclaration:
     display: str = ""
     column: bool = False
     summary: bool = True
-    warmup_steps: int = 0
+    warmup_steps: int | None = None  # steady-state keys: runs.steady skips these steps
     logged_as: str = ""
-
-    @property
-    def label(self) -> str:
-        return self.display or self.key
-
-    @property
-    def label_with_unit(self) -> str:
-        shown = "%" if self.unit in {"fraction", "percent"} else self.unit
-        return f"{self.label} ({shown})" if shown else self.label
-
-    @property
-    def better(self) -> str:
-        return {"lower": "lower is better", "higher": "higher is better"}.get(self.direction, "")
 
 
 def declarations_validate(data: Any) -> list[str]:

@@ -13,6 +13,7 @@ from django.core.validators import RegexValidator
 from django.db import models
 from django.urls import reverse
 
+from marin_site.events import TimelineEvent
 from runs.executors import EXECUTORS
 from runs.plans import RecipeSpec
 
@@ -299,11 +300,17 @@ class MetricPoint(models.Model):
 
 
 class MetricSummary(models.Model):
-    """Per-key last, min and max, kept as points arrive so tables never scan points."""
+    """Per-key last, min and max, kept as points arrive so tables never scan points; for
+    throughput keys also the steady-state median (``runs.steady``)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="summaries")
     key = models.CharField(max_length=200)
     last = models.FloatField()
+    steady = models.FloatField(
+        null=True,
+        blank=True,
+        help_text="Throughput keys: the median of the points after the recipe's warm-up.",
+    )
     min = models.FloatField()
     max = models.FloatField()
     step = models.BigIntegerField(help_text="The step of ``last``: the highest step seen.")
@@ -352,23 +359,13 @@ class MetricSeries(models.Model):
         return f"{self.run_id} {self.key} every {self.width} steps"
 
 
-class RunEvent(models.Model):
+class RunEvent(TimelineEvent):
     """Append-only timeline of a run: who, what, from and to, when, through which door."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
-    actor = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    actor_label = models.CharField(max_length=100, blank=True)
-    verb = models.CharField(max_length=32)
-    door = models.CharField(max_length=16)
-    from_state = models.CharField(max_length=16, blank=True)
-    to_state = models.CharField(max_length=16, blank=True)
-    message = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
 
-    class Meta:
-        ordering = ["created_at", "pk"]
+    class Meta(TimelineEvent.Meta):
+        pass
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.verb} {self.from_state}->{self.to_state}"
@@ -443,3 +440,15 @@ class TrackerImportChunk(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tracker_import_id}#{self.index}"
+
+
+class RecipeEvent(TimelineEvent):
+    """Append-only history of a recipe: created, edited (on the site, the API or the admin)."""
+
+    recipe = models.ForeignKey(Recipe, on_delete=models.CASCADE, related_name="events")
+
+    class Meta(TimelineEvent.Meta):
+        pass
+
+    def __str__(self) -> str:
+        return f"{self.recipe_id} {self.verb}"

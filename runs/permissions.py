@@ -1,7 +1,8 @@
 """The permissions of runs, declared once (django-rules) and used by every door.
 
-Roles are the site's Django groups; a maintainer (group ``maintainer`` or a superuser)
-registers recipes and dispatches, cancels, reruns and retries runs. Reading runs and metrics is public.
+A maintainer (``marin_site.roles.is_maintainer``) registers recipes and cancels, reruns and
+retries runs; reading runs and metrics is public. The run services ask for these themselves
+(``marin_site.roles.permission_require``), whichever door calls them.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from typing import Any
 
 import rules
 
-ROLE_MAINTAINER = "maintainer"
+from marin_site.roles import is_maintainer
 
 CANCEL_RUN = "runs.cancel_run"
 RERUN_RUN = "runs.rerun_run"
@@ -20,14 +21,19 @@ MANAGE_RECIPES = "runs.manage_recipe"
 
 
 @rules.predicate
-def is_run_maintainer(user: Any) -> bool:
-    if not getattr(user, "is_authenticated", False) or not user.is_active:
-        return False
-    return bool(user.is_superuser or user.groups.filter(name=ROLE_MAINTAINER).exists())
+def is_run_of_canceled_plan(user: Any, run: Any) -> bool:
+    """Stopping the runs of a canceled plan is the plan's cancel finishing its work: whoever
+    canceled the plan was asked then (``plan_cancel`` calls ``run_cancel`` for each run)."""
+    from runs.models import PlanLaunch
+
+    return bool(
+        run is not None
+        and PlanLaunch.objects.filter(plan_id=run.plan_id, canceled_at__isnull=False).exists()
+    )
 
 
-rules.add_perm(CANCEL_RUN, is_run_maintainer)
-rules.add_perm(RERUN_RUN, is_run_maintainer)
-rules.add_perm(RETRY_RUN, is_run_maintainer)
-rules.add_perm(IMPORT_METRICS, is_run_maintainer)
-rules.add_perm(MANAGE_RECIPES, is_run_maintainer)
+rules.add_perm(CANCEL_RUN, is_maintainer | is_run_of_canceled_plan)
+rules.add_perm(RERUN_RUN, is_maintainer)
+rules.add_perm(RETRY_RUN, is_maintainer)
+rules.add_perm(IMPORT_METRICS, is_maintainer)
+rules.add_perm(MANAGE_RECIPES, is_maintainer)

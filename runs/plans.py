@@ -32,6 +32,7 @@ from typing import Any
 import jsonschema
 import yaml
 
+from marin_site.untrusted import untrusted_problem
 from runs.compute import FormulaError, RunCost, run_cost
 
 MAX_SPEC_BYTES = 64 * 1024
@@ -126,6 +127,13 @@ class Plan:
         return list(self.spec.axes)
 
 
+VERSION_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$")
+
+
+def version_ok(value: object) -> bool:
+    return isinstance(value, str) and bool(VERSION_PATTERN.match(value))
+
+
 def slug_ok(value: object) -> bool:
     return isinstance(value, str) and bool(SLUG_PATTERN.match(value))
 
@@ -192,7 +200,26 @@ def _same(a: Any, b: Any) -> bool:
 
 class _NoAliasLoader(yaml.SafeLoader):
     """A safe loader for specs: anchors and aliases are refused before loading (no
-    billion-laughs expansion), and dates stay strings so every value is plain JSON."""
+    billion-laughs expansion), dates stay strings so every value is plain JSON, and a key
+    written twice in one mapping is an error (YAML says keys are unique; "last wins" would
+    silently drop a value the author wrote)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+                seen.add(key)
+            except TypeError as exc:  # an unhashable key, e.g. a list
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a mapping key must be a plain value", key_node.start_mark
+                ) from exc
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"the key {key!r} appears twice", key_node.start_mark
+                )
+        return super().construct_mapping(node, deep=deep)
 
 
 _NoAliasLoader.add_constructor(
@@ -228,9 +255,17 @@ def _load_yaml(text: str, field_name: str) -> Any:
                 line = token.start_mark.line + 1
                 message = f"line {line}: nested deeper than {MAX_YAML_DEPTH} levels"
                 raise PlanError({field_name: [message]})
-        return yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
+        data = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 (a SafeLoader subclass)
     except yaml.YAMLError as exc:
         raise PlanError({field_name: [f"is not valid YAML: {exc}"]}) from exc
+    except (ValueError, KeyError, TypeError, OverflowError) as exc:
+        # A tag applied to a value it cannot read (`!!bool maybe`, `!!int x`), or an
+        # integer of thousands of digits: PyYAML raises these outside its own errors.
+        raise PlanError({field_name: [f"has a value YAML cannot read: {exc!s:.200}"]}) from exc
+    problem = untrusted_problem(data)
+    if problem:
+        raise PlanError({field_name: [problem]})
+    return data
 
 
 def parse_spec(text: str) -> Spec:

@@ -23,7 +23,9 @@ from django.db import transaction
 from django.db.models import Max, Q
 from django.utils import timezone
 
+from marin_site.doors import Door
 from marin_site.errors import DomainError, TransitionNotAllowed
+from marin_site.roles import permission_require
 from runs.executors import (
     ExecutorError,
     JobSpec,
@@ -41,19 +43,12 @@ from runs.models import (
     RunEvent,
     RunState,
 )
-from runs.signals import run_state_changed
+from runs.permissions import CANCEL_RUN, RERUN_RUN, RETRY_RUN
+from runs.signals import reconcile_pass, run_state_changed
 
 logger = logging.getLogger(__name__)
 
 Actor = User | AnonymousUser | None
-
-
-class Door:
-    WEB = "web"
-    API = "api"
-    RUNNER = "runner"
-    WORKER = "worker"
-    GITHUB = "github"
 
 
 # target state -> the states it may be reached from
@@ -460,14 +455,22 @@ def run_start(*, run_id: int) -> Run | None:
 def run_submit(*, run_id: int) -> str:
     """Hand a running run's job to its executor; submitting twice starts one job."""
     run = Run.objects.filter(pk=run_id, state=RunState.RUNNING).first()
-    if run is None:
-        return ""
+    if run is None or run.cancel_requested_at is not None:
+        return ""  # canceled before its job started: the reconciler marks it killed
+    executor = get_executor(run.executor)
     try:
-        external_id = get_executor(run.executor).submit(run_job_spec(run=run))
+        external_id = executor.submit(run_job_spec(run=run))
     except ExecutorError as exc:
         logger.warning("submitting run %s failed: %s", run_id, exc)
         return ""
-    Run.objects.filter(pk=run_id, state=RunState.RUNNING).update(external_id=external_id)
+    if not Run.objects.filter(
+        pk=run_id, state=RunState.RUNNING, cancel_requested_at__isnull=True
+    ).update(external_id=external_id):
+        try:  # canceled (or ended) while its job was being submitted: stop the job
+            executor.cancel(external_id)
+        except ExecutorError as exc:
+            logger.warning("stopping the job of canceled run %s failed: %s", run_id, exc)
+        return ""
     return external_id
 
 
@@ -476,9 +479,10 @@ def run_submit(*, run_id: int) -> str:
 
 def run_cancel(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
     """Ask for a run to stop: a queued run is killed at once, a running one once its
-    executor confirms. Asking twice changes nothing."""
+    executor confirms. Asking twice changes nothing. Needs ``runs.cancel_run``."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
+        permission_require(actor, CANCEL_RUN, run, "cancel this run")
         if run.is_terminal:
             raise TransitionNotAllowed(
                 action="cancel a run",
@@ -501,9 +505,12 @@ def run_cancel(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
         return run
 
 
-def _run_again(*, run_id: int, actor: Actor, door: str, verb: str, sources: frozenset[str]) -> Run:
+def _run_again(
+    *, run_id: int, actor: Actor, door: str, verb: str, sources: frozenset[str], permission: str
+) -> Run:
     with transaction.atomic():
         source = Run.objects.select_for_update().get(pk=run_id)
+        permission_require(actor, permission, source, f"{verb} this run")
         if source.state not in sources:
             raise TransitionNotAllowed(
                 action=f"{verb} a run", current=source.state, allowed=sources
@@ -549,20 +556,27 @@ def _run_again(*, run_id: int, actor: Actor, door: str, verb: str, sources: froz
 
 
 def run_rerun(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
-    """Run a terminal run's config again, even when it finished (or was a cached result)."""
+    """Run a terminal run's config again, even when it finished (or was a cached result).
+    Needs ``runs.rerun_run``."""
     return _run_again(
-        run_id=run_id, actor=actor, door=door, verb="rerun", sources=TERMINAL_RUN_STATES
+        run_id=run_id,
+        actor=actor,
+        door=door,
+        verb="rerun",
+        sources=TERMINAL_RUN_STATES,
+        permission=RERUN_RUN,
     )
 
 
 def run_retry(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
-    """Give a run that failed, crashed or was killed another go."""
+    """Give a run that failed, crashed or was killed another go. Needs ``runs.retry_run``."""
     return _run_again(
         run_id=run_id,
         actor=actor,
         door=door,
         verb="retry",
         sources=frozenset({RunState.FAILED, RunState.CRASHED, RunState.KILLED}),
+        permission=RETRY_RUN,
     )
 
 
@@ -582,6 +596,13 @@ def run_reconcile(*, run_id: int) -> Run | None:
         return run
     executor = get_executor(run.executor)
     if not run.external_id:
+        if run.cancel_requested_at is not None:
+            return run_transition(
+                run_id=run_id,
+                to_state=RunState.KILLED,
+                door=Door.WORKER,
+                message="canceled before its job was submitted",
+            )
         if run_submit(run_id=run_id):
             return Run.objects.get(pk=run_id)
         return _crash_if_stale(run, executor_cancel=None)
@@ -671,25 +692,56 @@ def _settle_ended(run: Run, status: JobStatus) -> Run:
     )
 
 
-def _crash_if_stale(run: Run, *, executor_cancel: Any) -> Run:
+def _is_stale(run: Run) -> bool:
     last_sign = run.heartbeat_at or run.dispatched_at or run.updated_at
-    if timezone.now() - last_sign <= timedelta(seconds=run.heartbeat_timeout_seconds):
+    return timezone.now() - last_sign > timedelta(seconds=run.heartbeat_timeout_seconds)
+
+
+def _crash_if_stale(run: Run, *, executor_cancel: Any) -> Run:
+    """Crash a running run whose heartbeat stopped. The first look is unlocked; the run is
+    then locked and looked at again, so a heartbeat that arrived meanwhile saves it."""
+    if not _is_stale(run):
         return run
-    if executor_cancel is not None:
-        executor_cancel(run.external_id)
-    return run_transition(
-        run_id=run.pk,
-        to_state=RunState.CRASHED,
-        failure_kind=FailureKind.INFRA,
-        door=Door.WORKER,
-        message=f"no heartbeat for more than {run.heartbeat_timeout_seconds} s",
-    )
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run.pk)
+        if run.state != RunState.RUNNING or not _is_stale(run):
+            return run
+        if executor_cancel is not None and run.external_id:
+            external_id = run.external_id
+            transaction.on_commit(lambda: executor_cancel(external_id), robust=True)
+        return run_transition(
+            run_id=run.pk,
+            to_state=RunState.CRASHED,
+            failure_kind=FailureKind.INFRA,
+            door=Door.WORKER,
+            message=f"no heartbeat for more than {run.heartbeat_timeout_seconds} s",
+        )
+
+
+def plan_stop(*, plan_id: int) -> int:
+    """Ask the executors of a canceled plan's running runs to stop them (after the plan's
+    cancel commits). The reconciler asks again on every pass until each run has ended."""
+    asked = Run.objects.filter(
+        plan_id=plan_id, state=RunState.RUNNING, cancel_requested_at__isnull=False
+    ).values_list("pk", flat=True)
+    stopped = 0
+    for run_id in list(asked):
+        try:
+            run_reconcile(run_id=run_id)
+        except Exception:
+            logger.exception("stopping run %s of canceled plan %s failed", run_id, plan_id)
+            continue
+        stopped += 1
+    return stopped
 
 
 def runs_reconcile() -> dict[str, int]:
     """The periodic pass: expand launched plans, settle every live run, dispatch, summarise."""
     from runs.results import plan_check_finished
 
+    # Whoever hands runs/ launches and cancels makes good any that never arrived (a
+    # listener's error is logged by send_robust and stops nothing here).
+    reconcile_pass.send_robust(sender=PlanLaunch)
     expanded = 0
     for plan_id in PlanLaunch.objects.filter(
         expanded_at__isnull=True, canceled_at__isnull=True

@@ -1,22 +1,38 @@
 """Results: when every run of a launched plan is terminal, summarise it against its baseline.
 
-The summary holds a table of final metrics per run, each ablation point compared with the
-baseline at the same scale and seed against the criteria the launcher passed in, and a
-suggested verdict. Nothing is concluded automatically: a maintainer records the outcome.
+The summary holds a table of final metrics per run (throughput and MFU as their
+steady-state medians, marked when a cached run reuses them), each ablation run compared
+with the baseline at the same scale and seed, each variant over its seeds (mean ± standard
+deviation, the difference from the baseline and its standard error: ``runs.seeds``), the
+scaling ladder when the plan has scales (``runs.ladder``), and a suggested verdict against
+the criteria the launcher passed in, which counts a difference inside the seed noise as
+no evidence. Nothing is concluded automatically: a maintainer records the outcome.
 ``plan_finished`` carries the summary to whoever listens (the proposal page, the GitHub
 result comment).
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from runs.models import TERMINAL_RUN_STATES, MetricSummary, PlanLaunch, Run, RunState
+from runs.ladder import Ladder, ladder_markdown, ladder_metric, plan_ladder
+from runs.metric_declarations import MetricDeclaration, declarations_parse
+from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
+from runs.presentation import (
+    delta_text,
+    final_values,
+    is_number,
+    metric_text,
+    run_label,
+    spread_text,
+    value_text,
+)
+from runs.seeds import seeded, variant_groups, verdict_suggest
 from runs.signals import plan_finished
+from runs.steady import is_steady_state_key
 
 TABLE_KEYS = (
     "train/loss",
@@ -40,33 +56,20 @@ def latest_runs(*, plan_id: int) -> list[Run]:
 
 
 def final_metrics(*, runs: list[Run]) -> dict[int, dict[str, float]]:
-    """Each run's last value per key (a cached run reads the run it reuses)."""
-    source_of = {run.pk: run.cached_from_id or run.pk for run in runs}
-    values: dict[int, dict[str, float]] = {}
-    for run_id, key, last in MetricSummary.objects.filter(
-        run_id__in=set(source_of.values())
-    ).values_list("run_id", "key", "last"):
-        values.setdefault(run_id, {})[key] = last
-    out: dict[int, dict[str, float]] = {}
-    for run in runs:
-        imported = {k: v for k, v in (run.final_metrics or {}).items() if _number(v)}
-        out[run.pk] = {**imported, **values.get(source_of[run.pk], {})}
-    return out
-
-
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    """Each run's last value per key, throughput keys their steady-state median (a cached
+    run reads the run it reuses: ``runs.presentation.final_values``)."""
+    return final_values(runs)[0]
 
 
 def compare(
     *, criteria: dict[str, Any], runs: list[Run], metrics: dict[int, dict[str, float]]
-) -> tuple[list[dict[str, Any]], str]:
-    """Each ablation point against its baseline; returns the rows and a suggested verdict."""
+) -> list[dict[str, Any]]:
+    """Each ablation run against the baseline run at the same scale and seed."""
     metric = str(criteria.get("metric") or "")
     direction = criteria.get("direction") or "lower"
     threshold: Any = criteria.get("threshold")
-    if not metric or not _number(threshold):
-        return [], "not_evaluated"
+    if not metric or not is_number(threshold):
+        return []
     baselines = {
         (run.entry.scale, run.entry.seed): run
         for run in runs
@@ -93,65 +96,149 @@ def compare(
             row["improvement"] = improvement
             row["meets_threshold"] = improvement >= float(threshold)
         rows.append(row)
-    judged = [row for row in rows if row["meets_threshold"] is not None]
-    if not judged or len(judged) < len(rows) / 2:
-        verdict = "inconclusive"
-    elif all(row["meets_threshold"] for row in judged):
-        verdict = "worked"
-    elif any(row["meets_threshold"] for row in judged):
-        verdict = "mixed"
-    elif any(row["improvement"] > 0 for row in judged):
-        verdict = "promising"
-    else:
-        verdict = "did_not_work"
-    return rows, verdict
+    return rows
 
 
-def _fmt(value: Any) -> str:
-    if value is None:
+def _declared(summary: dict[str, Any]) -> dict[str, MetricDeclaration]:
+    """The units the recipe declares for the summary's keys (``plan_summarize`` keeps them),
+    so the markdown writes each value as the pages do."""
+    units = summary.get("units") or {}
+    return {key: MetricDeclaration(key=key, unit=str(unit)) for key, unit in units.items()}
+
+
+def _delta_cell(group: dict[str, Any], key: str, declaration: MetricDeclaration | None) -> str:
+    if group["delta"] is None:
         return "–"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    text = delta_text(group["delta"], group["delta_se"], key, declaration)
+    if group["delta_se"] is None:
+        return f"{text} (no spread known)"
+    noise = "inside the noise" if group["inside_noise"] else "outside the noise"
+    return f"{text} ({noise})"
+
+
+def seeds_markdown(summary: dict[str, Any]) -> str:
+    """The variants over their seeds: mean ± sample standard deviation of each key and the
+    criterion metric's difference from the baseline with its standard error."""
+    keys = summary["keys"]
+    declared = _declared(summary)
+    metric = summary["criteria"].get("metric") or ""
+    lines = [
+        "**Across seeds** (mean ± sample standard deviation"
+        + (
+            f"; Δ `{metric}` against the baseline at the same scale ± its standard error"
+            if metric
+            else ""
+        )
+        + ")",
+        "",
+        "| variant | scale | seeds | "
+        + " | ".join(keys)
+        + (f" | Δ {metric} |" if metric else " |"),
+        "|---|---|---|" + "---|" * len(keys) + ("---|" if metric else ""),
+    ]
+    for group in summary["groups"]:
+        cells = [spread_text(group["stats"].get(key), key, declared.get(key)) for key in keys]
+        if metric:
+            cells.append(
+                "–" if group["is_baseline"] else _delta_cell(group, metric, declared.get(metric))
+            )
+        lines.append(
+            f"| {group['label']} | {group['scale'] or '–'} | {group['seeds']} | "
+            + " | ".join(cells)
+            + " |"
+        )
+    return "\n".join(lines)
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     keys = summary["keys"]
+    declared = _declared(summary)
     lines = [
         "| run | scale | seed | overrides | state | " + " | ".join(keys) + " |",
         "|---|---|---|---|---|" + "---|" * len(keys),
     ]
+    reused = False
     for row in summary["runs"]:
-        overrides = ", ".join(f"{k}={v}" for k, v in row["overrides"].items()) or "baseline"
-        cells = [_fmt(row["metrics"].get(key)) for key in keys]
+        overrides = run_label(changes=row["overrides"])
+        cells = []
+        for key in keys:
+            cell = metric_text(row["metrics"].get(key), key, declared.get(key))
+            if row["cached_from"] and is_steady_state_key(key) and key in row["metrics"]:
+                cell += " (reused)"
+                reused = True
+            cells.append(cell)
         lines.append(
-            f"| {row['run']} | {row['scale'] or '–'} | {_fmt(row['seed'])} | {overrides} | "
+            f"| {row['run']} | {row['scale'] or '–'} | {value_text(row['seed'])} | {overrides} | "
             f"{row['state']} | " + " | ".join(cells) + " |"
         )
+    if any(is_steady_state_key(key) for key in keys):
+        lines += [
+            "",
+            "Throughput and MFU: the median over the steady state (after the recipe's warm-up), "
+            "not the last step."
+            + (
+                " *(reused)*: a cached run shows what the run it reuses measured; it did not "
+                "run again."
+                if reused
+                else ""
+            ),
+        ]
+    lines.append("")
+    if seeded(summary["groups"]):
+        lines.append(seeds_markdown(summary))
+    else:
+        lines.append(
+            "One seed per point: no seed spread is known, so a difference from the baseline "
+            "cannot be told from noise."
+        )
+    if summary.get("ladder"):
+        lines += ["", ladder_markdown(summary["ladder"])]
     criteria = summary["criteria"]
     if criteria.get("metric"):
         lines.append("")
         lines.append(
             f"Criterion: `{criteria['metric']}` {criteria.get('direction', 'lower')} by at "
-            f"least {criteria.get('threshold')} against the baseline. "
-            f"Suggested verdict: **{summary['suggested_verdict']}** (a maintainer records the outcome)."
+            f"least {value_text(criteria.get('threshold'))} against the baseline. "
+            f"Suggested verdict: **{summary['suggested_verdict']}**: "
+            f"{summary['verdict_reason']}. A maintainer records the outcome."
         )
     return "\n".join(lines)
 
 
+def plan_summary_ladder(
+    *, plan: Plan, runs: list[Run], metrics: dict[int, dict[str, float]], criteria: dict[str, Any]
+) -> Ladder | None:
+    """The plan's scaling ladder (a spec with two or more scales), or None."""
+    keys = {key for values in metrics.values() for key in values}
+    metric = ladder_metric(criterion=str(criteria.get("metric") or ""), keys=keys)
+    ladder = plan_ladder(plan=plan, runs=runs, values=metrics, metric=metric)
+    return ladder if ladder is not None and any(v.points for v in ladder.variants) else None
+
+
 def plan_summarize(*, plan_id: int) -> dict[str, Any]:
-    launch = PlanLaunch.objects.get(plan_id=plan_id)
+    launch = PlanLaunch.objects.select_related("plan").get(plan_id=plan_id)
     runs = latest_runs(plan_id=plan_id)
     metrics = final_metrics(runs=runs)
-    comparisons, verdict = compare(criteria=launch.criteria, runs=runs, metrics=metrics)
+    criteria = launch.criteria or {}
+    keys = [k for k in TABLE_KEYS if any(k in m for m in metrics.values())]
+    comparisons = compare(criteria=criteria, runs=runs, metrics=metrics)
+    groups = variant_groups(runs=runs, metrics=metrics, keys=keys, criteria=criteria)
+    metric, threshold = criteria.get("metric"), criteria.get("threshold")
+    if metric and is_number(threshold):
+        verdict, reason = verdict_suggest(groups)
+    else:
+        verdict, reason = "not_evaluated", "the launch named no criterion"
     states: dict[str, int] = {}
     for run in runs:
         states[run.state] = states.get(run.state, 0) + 1
+    ladder = plan_summary_ladder(plan=launch.plan, runs=runs, metrics=metrics, criteria=criteria)
+    declarations = declarations_parse(launch.plan.recipe.metrics)
     summary: dict[str, Any] = {
         "plan": plan_id,
-        "criteria": launch.criteria,
+        "criteria": criteria,
         "states": states,
-        "keys": [k for k in TABLE_KEYS if any(k in m for m in metrics.values())],
+        "keys": keys,
+        "units": {k: d.unit for k, d in declarations.items() if d.unit},
         "runs": [
             {
                 "run": run.pk,
@@ -168,7 +255,10 @@ def plan_summarize(*, plan_id: int) -> dict[str, Any]:
             for run in runs
         ],
         "comparisons": comparisons,
+        "groups": groups,
         "suggested_verdict": verdict,
+        "verdict_reason": reason,
+        "ladder": ladder.as_summary() if ladder is not None else None,
     }
     summary["markdown"] = summary_markdown(summary)
     return summary

@@ -8,19 +8,19 @@ entries in one, every run's metric summaries in one, the launch in one.
 
 from __future__ import annotations
 
-import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.urls import reverse
 
-from runs.ladder import Ladder, plan_ladder
+from runs import ladder, presentation, seeds
+from runs.ladder import Ladder
 from runs.metric_declarations import MetricDeclaration, declarations_parse
-from runs.models import TERMINAL_RUN_STATES, MetricSummary, Plan, PlanLaunch, Run, RunState
+from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
 from runs.plans import canonical_json, flatten
 from runs.results import TABLE_KEYS
 
@@ -53,9 +53,9 @@ FIXED_SORTS = ("run", "state", "progress", "attempt")
 class RunRow:
     run: Run
     axes: dict[str, Any]
-    diff: list[tuple[str, Any]]
+    changes: list[str]  # "key=value" against the baseline (runs.presentation)
     values: dict[str, float]
-    metrics: list[tuple[str, float | None, MetricDeclaration | None]]  # the metric columns
+    metrics: list[tuple[str, float | None, MetricDeclaration]]  # the metric columns
     step: int | None
     total_steps: int | None
     job_url: str = ""
@@ -65,6 +65,14 @@ class RunRow:
         if self.step is None or not self.total_steps:
             return None
         return max(0, min(100, round(100 * self.step / self.total_steps)))
+
+    @property
+    def label(self) -> str:
+        """The run's label, as the charts and the PNG show it."""
+        entry = self.run.entry
+        return presentation.run_label(
+            changes=entry.diff or {}, scale=entry.scale, seed=entry.seed, sequence=self.run.sequence
+        )
 
     @property
     def log_url(self) -> str:
@@ -100,6 +108,7 @@ class RunTable:
     columns: dict[str, Column] = field(default_factory=dict)
     values: dict[int, dict[str, float]] = field(default_factory=dict)
     logged_keys: list[str] = field(default_factory=list)  # keys with points: what charts draw
+    declarations: dict[str, MetricDeclaration] = field(default_factory=dict)  # the recipe's
 
     @property
     def active(self) -> bool:
@@ -115,9 +124,41 @@ class RunTable:
         """Keys a chart can be added for: logged as points, not charted yet."""
         return [k for k in self.logged_keys if k not in self.chart_keys]
 
+    @cached_property
+    def seed_groups(self) -> list[dict[str, Any]]:
+        """Each variant at each scale over its seeds (``runs.seeds``), for the seed table."""
+        criteria = (self.launch.criteria if self.launch else None) or {}
+        present = [key for key in self.metric_keys if any(key in v for v in self.values.values())]
+        return seeds.variant_groups(
+            runs=[row.run for row in self.rows],
+            metrics=self.values,
+            keys=present,
+            criteria=criteria,
+        )
+
+    @property
+    def seeded(self) -> bool:
+        """Whether the table has a variant with several seeds at one scale."""
+        return self.plan is not None and seeds.seeded(self.seed_groups)
+
     @property
     def metric_columns(self) -> list[Column]:
         return [self.columns[key] for key in self.metric_keys if key in self.columns]
+
+    def declaration(self, key: str) -> MetricDeclaration:
+        """A key as the recipe declares it (a bare declaration when it does not)."""
+        return self.declarations.get(key) or MetricDeclaration(key=key)
+
+    @property
+    def metric_declarations(self) -> list[MetricDeclaration]:
+        """The metric columns' declarations, in order: the seed table writes their units."""
+        return [self.declaration(key) for key in self.metric_keys]
+
+    @property
+    def criterion(self) -> MetricDeclaration | None:
+        """The launch's criterion metric, as the recipe declares it."""
+        key = ((self.launch.criteria if self.launch else None) or {}).get("metric")
+        return self.declaration(str(key)) if key else None
 
     @property
     def sort_options(self) -> list[tuple[str, str]]:
@@ -126,53 +167,6 @@ class RunTable:
         for column_id in [*FIXED_SORTS, *self.axes, *self.metric_keys]:
             options += [(column_id, f"{column_id} ↑"), (f"-{column_id}", f"{column_id} ↓")]
         return options
-
-
-def run_label(run: Run) -> str:
-    """What tells a run from its siblings: its changes against the baseline, scale, seed."""
-    entry = run.entry
-    parts = [f"{k}={display(c.get('value'))}" for k, c in (entry.diff or {}).items()]
-    parts = parts or ["baseline"]
-    if entry.scale:
-        parts.append(entry.scale)
-    if entry.seed is not None:
-        parts.append(f"seed {entry.seed}")
-    return " · ".join(parts)
-
-
-def display(value: Any) -> str:
-    """An axis or config value as a short string (strings stay bare)."""
-    if value is None:
-        return "–"
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def final_values(
-    runs: Sequence[Run],
-) -> tuple[dict[int, dict[str, float]], dict[int, int], set[str]]:
-    """Each run's last value per key and its highest step, in one query. A cached run reads
-    the run it reuses; imported tracker summaries fill keys that were never streamed."""
-    source_of = {run.pk: run.cached_from_id or run.pk for run in runs}
-    by_source: dict[int, dict[str, float]] = {}
-    steps: dict[int, int] = {}
-    for run_id, key, last, step in MetricSummary.objects.filter(
-        run_id__in=set(source_of.values())
-    ).values_list("run_id", "key", "last", "step"):
-        by_source.setdefault(run_id, {})[key] = last
-        steps[run_id] = max(steps.get(run_id, step), step)
-    values: dict[int, dict[str, float]] = {}
-    progress: dict[int, int] = {}
-    for run in runs:
-        imported = {
-            k: float(v)
-            for k, v in (run.final_metrics or {}).items()
-            if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
-        }
-        values[run.pk] = {**imported, **by_source.get(source_of[run.pk], {})}
-        if source_of[run.pk] in steps:
-            progress[run.pk] = steps[source_of[run.pk]]
-    logged = {key for metrics in by_source.values() for key in metrics}  # keys with points
-    return values, progress, logged
 
 
 def ordered_keys(keys: Iterable[str]) -> list[str]:
@@ -188,34 +182,22 @@ def job_url(run: Run) -> str:
     return ""
 
 
-def metric_columns(plan: Plan | None) -> dict[str, MetricDeclaration | None]:
-    """The run table's metric columns: those the plan's recipe declares as columns (with
-    their unit and label), else the default keys."""
-    declared = declarations_parse(plan.recipe.metrics) if plan is not None else {}
+def plan_declarations(plan: Plan | None) -> dict[str, MetricDeclaration]:
+    """What the plan's recipe declares about its metrics (``runs.metric_declarations``)."""
+    return declarations_parse(plan.recipe.metrics) if plan is not None else {}
+
+
+def metric_columns(declared: Mapping[str, MetricDeclaration]) -> dict[str, MetricDeclaration]:
+    """The run table's metric columns: those the recipe declares as columns (with their
+    unit and label), else the default keys (as declared, when they are)."""
     chosen = {key: d for key, d in declared.items() if d.column}
-    return dict(chosen) if chosen else dict.fromkeys(TABLE_KEYS)
+    if chosen:
+        return chosen
+    return {key: declared.get(key) or MetricDeclaration(key=key) for key in TABLE_KEYS}
 
 
 def plan_axes(plan: Plan | None) -> list[str]:
-    spec = (plan.spec if plan else None) or {}
-    axes = [str(name) for name in (spec.get("axes") or {})]
-    if spec.get("scales"):
-        axes.append("scale")
-    if spec.get("seeds"):
-        axes.append("seed")
-    return axes
-
-
-def _axis_values(run: Run, axes: Sequence[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for axis in axes:
-        if axis == "scale":
-            out[axis] = run.entry.scale
-        elif axis == "seed":
-            out[axis] = run.entry.seed
-        else:
-            out[axis] = (run.config or {}).get(axis)
-    return out
+    return presentation.axis_names(plan.spec if plan else None)
 
 
 def _row(
@@ -223,14 +205,16 @@ def _row(
     axes: Sequence[str],
     values: dict[str, float],
     step: int | None,
-    columns: Mapping[str, MetricDeclaration | None],
+    columns: Mapping[str, MetricDeclaration],
 ) -> RunRow:
     total = (run.config or {}).get("steps")
-    diff = run.entry.diff or {}
+    entry = run.entry
     return RunRow(
         run=run,
-        axes=_axis_values(run, axes),
-        diff=[(key, change.get("value")) for key, change in diff.items()],
+        axes=presentation.axis_values(
+            axes, config=run.config or {}, scale=entry.scale, seed=entry.seed
+        ),
+        changes=presentation.change_parts(entry.diff or {}),
         values=values,
         metrics=[(key, values.get(key), declared) for key, declared in columns.items()],
         step=step,
@@ -258,7 +242,7 @@ def _sort_key(sort: str, axes: Sequence[str], metric_keys: Sequence[str]) -> Any
                 return None
             if isinstance(raw, int | float) and not isinstance(raw, bool):
                 return (0, float(raw), "")
-            return (1, 0.0, display(raw))
+            return (1, 0.0, presentation.value_text(raw))
         else:
             value = run.pk
         return value
@@ -284,7 +268,7 @@ def rows_group(rows: list[RunRow], *, group: str) -> list[RunGroup]:
         return [RunGroup(label="", rows=rows)]
     groups: dict[str, RunGroup] = {}
     for row in rows:
-        label = f"{group} = {display(row.axes.get(group))}"
+        label = f"{group} = {presentation.value_text(row.axes.get(group))}"
         groups.setdefault(label, RunGroup(label=label, rows=[])).rows.append(row)
     return list(groups.values())
 
@@ -329,8 +313,9 @@ def run_table_build(
     ``extra_params`` go into every sort link (the compare page keeps its run ids)."""
     runs = list(runs)
     axes = plan_axes(plan)
-    values, steps, logged = final_values(runs)
-    columns = metric_columns(plan)
+    values, steps, logged = presentation.final_values(runs)
+    declarations = plan_declarations(plan)
+    columns = metric_columns(declarations)
     rows = [_row(run, axes, values[run.pk], steps.get(run.pk), columns) for run in runs]
     all_keys = ordered_keys(k for v in values.values() for k in v)
     metric_keys = list(columns)
@@ -355,9 +340,10 @@ def run_table_build(
             axes=axes,
             metric_keys=metric_keys,
             extra=extra_params or {},
-            labels={k: d.label_with_unit for k, d in columns.items() if d is not None},
+            labels={k: presentation.metric_label(k, d) for k, d in columns.items()},
         ),
         values=values,
+        declarations=declarations,
     )
 
 
@@ -378,22 +364,19 @@ def ladder_metric(table: RunTable) -> str:
     """The loss the ladder plots: the launch's criterion if it is a loss, else eval/loss,
     else train/loss."""
     criterion = str(((table.launch.criteria if table.launch else None) or {}).get("metric") or "")
-    for key in (criterion, "eval/loss", "train/loss"):
-        if key and "loss" in key and key in table.all_keys:
-            return key
-    return "eval/loss"
+    return ladder.ladder_metric(criterion=criterion, keys=table.all_keys)
 
 
 def table_ladder(table: RunTable) -> Ladder | None:
     if table.plan is None:
         return None
-    ladder = plan_ladder(
+    found = ladder.plan_ladder(
         plan=table.plan,
         runs=[row.run for row in table.rows],
         values=table.values,
         metric=ladder_metric(table),
     )
-    return ladder if ladder is not None and any(v.points for v in ladder.variants) else None
+    return found if found is not None and any(v.points for v in found.variants) else None
 
 
 # --- compare: runs picked across plans -----------------------------------------------------

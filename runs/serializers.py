@@ -143,7 +143,7 @@ def plan_data(plan: PlanPreview | Plan) -> dict[str, Any]:
 class MetricSummarySerializer(serializers.ModelSerializer[MetricSummary]):
     class Meta:
         model = MetricSummary
-        fields = ["key", "last", "min", "max", "step"]
+        fields = ["key", "last", "min", "max", "step", "steady"]
 
 
 class RunEventSerializer(serializers.ModelSerializer[RunEvent]):

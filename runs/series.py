@@ -38,6 +38,7 @@ from django.core.cache import cache
 from django.db import connection, transaction
 from django.urls import reverse
 
+from runs import presentation, steady
 from runs.models import (
     TERMINAL_RUN_STATES,
     MetricPoint,
@@ -46,7 +47,6 @@ from runs.models import (
     Plan,
     Run,
 )
-from runs.plans import canonical_json
 from runs.signals import run_state_changed
 
 logger = logging.getLogger(__name__)
@@ -263,8 +263,12 @@ def series_refresh_key(*, run_id: int, key: str) -> bool:
             summary.count = int(buckets.count.sum())
             summary.min = float(buckets.low.min())
             summary.max = float(buckets.high.max())
+        if steady.is_steady_state_key(key):
+            summary.steady = steady.steady_median(
+                run_id=run_id, key=key, first_step=origin, last_step=int(summary.step)
+            )
         summary.stale_from = None
-        summary.save(update_fields=["count", "min", "max", "stale_from"])
+        summary.save(update_fields=["count", "min", "max", "steady", "stale_from"])
     return True
 
 
@@ -482,28 +486,13 @@ class _Line:
 
     @property
     def label(self) -> str:
-        """Its changes against the baseline, scale and seed: the words of the run table
-        (``runs.run_table.run_label``)."""
-        parts = [f"{k}={_display(c.get('value'))}" for k, c in self.diff.items()]
-        parts = parts or ["baseline"]
-        if self.scale:
-            parts.append(self.scale)
-        if self.seed is not None:
-            parts.append(f"seed {self.seed}")
-        if self.sequence:
-            parts.append(f"rerun {self.sequence}")
-        return " · ".join(parts)
+        """The run's label (``runs.presentation.run_label``), as the run table shows it."""
+        return presentation.run_label(
+            changes=self.diff, scale=self.scale, seed=self.seed, sequence=self.sequence
+        )
 
     def axes(self, names: Sequence[str]) -> dict[str, Any]:
-        values: dict[str, Any] = {}
-        for name in names:
-            if name == "scale":
-                values[name] = self.scale
-            elif name == "seed":
-                values[name] = self.seed
-            else:
-                values[name] = self.config.get(name)
-        return values
+        return presentation.axis_values(names, config=self.config, scale=self.scale, seed=self.seed)
 
 
 LINE_VALUES = (
@@ -534,23 +523,6 @@ def _line(row: Sequence[Any]) -> _Line:
         seed,
         baseline,
     )
-
-
-def _display(value: Any) -> str:
-    if value is None:
-        return "–"
-    return value if isinstance(value, str) else canonical_json(value)
-
-
-def axis_names(spec: dict[str, Any] | None) -> list[str]:
-    """A plan's grid axes: its overridden parameters, then scale and seed when it has them."""
-    spec = spec or {}
-    names = [str(name) for name in (spec.get("axes") or {})]
-    if spec.get("scales"):
-        names.append("scale")
-    if spec.get("seeds"):
-        names.append("seed")
-    return names
 
 
 def _payload(
@@ -609,7 +581,7 @@ def plan_series(*, plan_id: int, keys: Sequence[str] | None, points: int) -> byt
         .values_list(*LINE_VALUES)
     ]
     payload = _payload(
-        lines=lines, axes_of={plan[0]: axis_names(plan[1])}, keys=keys, points=points
+        lines=lines, axes_of={plan[0]: presentation.axis_names(plan[1])}, keys=keys, points=points
     )
     return _dumps({"plan": plan[0], **payload})
 
@@ -620,6 +592,6 @@ def runs_series(*, run_ids: Sequence[int], keys: Sequence[str] | None, points: i
     rows = Run.objects.filter(pk__in=run_ids).values_list(*LINE_VALUES, "plan__spec")
     found = {row[0]: row for row in rows}
     picked = [found[pk] for pk in dict.fromkeys(run_ids) if pk in found]
-    axes_of = {row[5]: axis_names(row[10]) for row in picked}
+    axes_of = {row[5]: presentation.axis_names(row[10]) for row in picked}
     lines = [_line(row) for row in picked]
     return _dumps(_payload(lines=lines, axes_of=axes_of, keys=keys, points=points))

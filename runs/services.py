@@ -11,11 +11,13 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from marin_site.doors import Door
+from marin_site.events import MESSAGE_MAX
 from runs.compute import FormulaError, run_cost, validate_compute_model
 from runs.metric_declarations import declarations_forget, declarations_validate
-from runs.models import Plan, PlanEntry, PlanLaunch, Recipe
+from runs.models import Plan, PlanEntry, PlanLaunch, Recipe, RecipeEvent
 from runs.plans import Plan as PlanPreview
-from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok
+from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok, version_ok
 
 RECIPE_FIELDS = (
     "name",
@@ -36,6 +38,12 @@ RECIPE_FIELDS = (
 def recipe_validate(*, data: dict[str, Any]) -> None:
     """Check a recipe's schema, defaults, scales and compute model; raise ValidationError."""
     errors: dict[str, list[str]] = {}
+    if "name" in data and not slug_ok(data["name"]):
+        errors["name"] = ["must be a slug: lowercase letters, digits and '-', at most 63"]
+    if "version" in data and not version_ok(data["version"]):
+        errors["version"] = [
+            "must be letters, digits, '.', '_' or '-' (at most 32, no '/'): it is part of URLs"
+        ]
     schema = data.get("parameter_schema")
     if not isinstance(schema, dict):
         errors["parameter_schema"] = ["must be a JSON object (a JSON Schema)"]
@@ -82,26 +90,66 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
             raise ValidationError({"compute_model": [f"{exc}{where}"]}) from exc
 
 
+def recipe_event_record(
+    *,
+    recipe: Recipe,
+    actor: User | AnonymousUser | None,
+    verb: str,
+    door: str,
+    message: str = "",
+) -> RecipeEvent:
+    """A row of the recipe's history: who created or changed it, through which door."""
+    user = actor if isinstance(actor, User) and actor.is_authenticated else None
+    return RecipeEvent.objects.create(
+        recipe=recipe,
+        actor=user,
+        actor_label=user.get_username() if user else "",
+        verb=verb,
+        door=door,
+        message=message[:MESSAGE_MAX],
+    )
+
+
 @transaction.atomic
-def recipe_create(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> Recipe:
+def recipe_create(
+    *, actor: User | AnonymousUser | None, data: dict[str, Any], door: str = Door.WEB
+) -> Recipe:
     recipe_validate(data=data)
     recipe = Recipe(**{k: v for k, v in data.items() if k in RECIPE_FIELDS})
     recipe.created_by = actor if isinstance(actor, User) else None
     recipe.full_clean()
     recipe.save()
+    recipe_event_record(recipe=recipe, actor=actor, verb="created", door=door)
     return recipe
 
 
 @transaction.atomic
-def recipe_update(*, recipe: Recipe, data: dict[str, Any]) -> Recipe:
-    """Edit a recipe in place. Frozen plans keep their own snapshot, so nothing moves under them."""
+def recipe_update(
+    *,
+    recipe: Recipe,
+    data: dict[str, Any],
+    actor: User | AnonymousUser | None = None,
+    door: str = Door.WEB,
+) -> Recipe:
+    """Edit a recipe in place. Frozen plans keep their own snapshot, so nothing moves under them.
+
+    The change is recorded in the recipe's history (which fields changed, by whom)."""
     merged = {field: getattr(recipe, field) for field in RECIPE_FIELDS} | data
     recipe_validate(data=merged)
+    changed = sorted(field for field in RECIPE_FIELDS if getattr(recipe, field) != merged[field])
     for field in RECIPE_FIELDS:
         setattr(recipe, field, merged[field])
     recipe.full_clean()
     recipe.save()
     declarations_forget()
+    if changed:
+        recipe_event_record(
+            recipe=recipe,
+            actor=actor,
+            verb="edited",
+            door=door,
+            message="Changed " + ", ".join(changed),
+        )
     return recipe
 
 
@@ -210,25 +258,67 @@ def plan_launch(
 def plan_cancel(
     *, plan_id: int, actor: User | AnonymousUser | None = None, door: str = "web"
 ) -> int:
-    """Stop a launched plan: nothing more starts, queued runs are killed, running ones asked to
-    stop. Returns how many runs were asked; canceling twice asks nobody twice."""
-    from runs.models import TERMINAL_RUN_STATES, Run
-    from runs.queue import run_cancel
+    """Stop a launched plan: nothing more starts, queued (and preempted) runs are killed,
+    running ones are marked cancel-requested and their executors asked to stop them by a
+    task after commit (and by the reconciler on every pass until they end).
+
+    Set-based, so a plan of a thousand runs is cancelled in a few statements, and atomic
+    with the caller's transaction (a proposal's cancel or withdrawal): the plan is never
+    left half cancelled. Returns how many runs were asked; canceling twice asks nobody twice.
+    """
+    from runs.models import TERMINAL_RUN_STATES, Run, RunEvent, RunState
+    from runs.queue import _nudge
 
     with transaction.atomic():
         launch = PlanLaunch.objects.select_for_update().filter(plan_id=plan_id).first()
         if launch is None:
             return 0
+        now = timezone.now()
         if launch.canceled_at is None:
-            launch.canceled_at = timezone.now()
+            launch.canceled_at = now
             launch.save(update_fields=["canceled_at"])
-        live = (
-            Run.objects.filter(plan_id=plan_id, cancel_requested_at__isnull=True)
+        live = list(
+            Run.objects.select_for_update()
+            .filter(plan_id=plan_id)
             .exclude(state__in=TERMINAL_RUN_STATES)
-            .values_list("pk", flat=True)
+            .order_by("pk")
+            .values_list("pk", "state", "cancel_requested_at")
         )
-        asked = 0
-        for run_id in list(live):
-            run_cancel(run_id=run_id, actor=actor, door=door)
-            asked += 1
-        return asked
+        asked = [pk for pk, _state, requested in live if requested is None]
+        killed = [(pk, state) for pk, state, _ in live if state != RunState.RUNNING]
+        user = actor if isinstance(actor, User) else None
+        for chunk in _chunks(asked):
+            Run.objects.filter(pk__in=chunk).update(cancel_requested_at=now, updated_at=now)
+        for chunk in _chunks([pk for pk, _state in killed]):
+            Run.objects.filter(pk__in=chunk).update(
+                state=RunState.KILLED,
+                state_reason="canceled before it started",
+                failure_kind="",
+                finished_at=now,
+                updated_at=now,
+            )
+        events = [
+            RunEvent(run_id=pk, actor=user, verb="cancel_requested", door=door) for pk in asked
+        ]
+        events += [
+            RunEvent(
+                run_id=pk,
+                actor=user,
+                verb=RunState.KILLED,
+                door=door,
+                from_state=state,
+                to_state=RunState.KILLED,
+                message="canceled before it started",
+            )
+            for pk, state in killed
+        ]
+        RunEvent.objects.bulk_create(events, batch_size=500)
+        if killed:
+            _nudge("plan_check_finished_task", plan_id=plan_id)
+        if len(killed) < len(live):  # some are running: their executors must stop them
+            _nudge("plan_stop_task", plan_id=plan_id)
+        return len(asked)
+
+
+def _chunks(ids: list[int], size: int = 500) -> list[list[int]]:
+    return [ids[i : i + size] for i in range(0, len(ids), size)]

@@ -1,12 +1,17 @@
 """What ``runs`` tells the rest of the site, without knowing who listens.
 
 ``proposals`` (which owns the GitHub sync) connects to these; ``runs`` never imports it.
-Both are sent after the transaction that caused them commits.
 
-- ``run_state_changed``: kwargs ``run_id``, ``plan_id``, ``from_state``, ``to_state``.
+- ``run_state_changed``: kwargs ``run_id``, ``plan_id``, ``from_state``, ``to_state``. Runs
+  killed in bulk by a plan's cancel are not announced one by one: the canceller knows.
 - ``plan_finished``: kwargs ``plan_id`` and ``summary`` (the dict stored on the plan's
   launch: per-run final metrics, the comparison with the baseline, a suggested verdict and a
   ready markdown table). Posting it as a GitHub result comment is the listener's job.
+- ``reconcile_pass``: sent (no kwargs) at the start of every pass of the reconciler, outside
+  any transaction. A caller that hands plans to ``runs`` to launch or cancel checks that each
+  hand-off happened and makes good one that did not.
+
+The first two are sent after the transaction that caused them commits.
 """
 
 from __future__ import annotations
@@ -15,3 +20,4 @@ from django.dispatch import Signal
 
 run_state_changed = Signal()
 plan_finished = Signal()
+reconcile_pass = Signal()

@@ -25,6 +25,11 @@ def run_reconcile_task(*, run_id: int) -> str:
     return run.state if run is not None else ""
 
 
+@shared_task(name="runs.plan_stop", time_limit=120, soft_time_limit=100)
+def plan_stop_task(*, plan_id: int) -> int:
+    return queue.plan_stop(plan_id=plan_id)
+
+
 @shared_task(name="runs.plan_check_finished", time_limit=60, soft_time_limit=50)
 def plan_check_finished_task(*, plan_id: int) -> bool:
     return results.plan_check_finished(plan_id=plan_id)

@@ -21,6 +21,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from marin_site.doors import Door
 from marin_site.errors import DomainError
 from runs.models import Run, RunEvent, TrackerImport, TrackerImportChunk, TrackerImportState
 from runs.tracker_import import (
@@ -264,7 +265,7 @@ def tracker_import_file(
     run_id: int,
     path: Path,
     strict: bool = False,
-    door: str = "cli",
+    door: str = Door.SYSTEM,
     actor_label: str = "manage.py",
     progress: Callable[[ImportReport], None] | None = None,
 ) -> TrackerImport:

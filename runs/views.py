@@ -17,6 +17,7 @@ from django.utils.cache import add_never_cache_headers, patch_cache_control
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
+from marin_site.doors import Door
 from runs import charts_png, run_table, selectors, services
 from runs import permissions as run_perms
 from runs.models import Plan, Recipe, Run
@@ -59,6 +60,7 @@ def recipe_detail(request: HttpRequest, name: str, version: str) -> HttpResponse
             "compute_model": json.dumps(recipe.compute_model, indent=2),
             "scales": json.dumps(recipe.scales, indent=2),
             "can_manage": request.user.has_perm(MANAGE_RECIPES),
+            "history": recipe.events.select_related("actor"),
         },
     )
 
@@ -71,9 +73,14 @@ def _save(request: HttpRequest, recipe: Recipe | None) -> HttpResponse:
         data = {field: form.cleaned_data[field] for field in form.Meta.fields}
         try:
             if recipe is None:
-                saved = services.recipe_create(actor=request.user, data=data)
+                saved = services.recipe_create(actor=request.user, data=data, door=Door.WEB)
             else:
-                saved = services.recipe_update(recipe=Recipe.objects.get(pk=recipe.pk), data=data)
+                saved = services.recipe_update(
+                    recipe=Recipe.objects.get(pk=recipe.pk),
+                    data=data,
+                    actor=request.user,
+                    door=Door.WEB,
+                )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
@@ -161,7 +168,7 @@ def run_import(request: HttpRequest, pk: int) -> HttpResponse:
         tracker_uploads.tracker_import_receive(
             run_id=run.pk,
             stream=upload.chunks(),
-            door="web",
+            door=Door.WEB,
             actor=request.user,
             filename=upload.name or "",
             strict=request.POST.get("strict") == "on",

@@ -15,11 +15,13 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
 
+from marin_site.doors import Door
 from marin_site.errors import DomainError
-from proposals import permissions as perms
 from proposals import services
+from proposals.actions import action_require
 from proposals.github.body import FENCE, normalise
-from proposals.models import Door, Proposal
+from proposals.models import Proposal
+from proposals.selectors import proposal_status_text
 from runs.models import Run
 from runs.queue import run_rerun
 
@@ -56,23 +58,13 @@ def commands_in(body: str | None) -> list[Command]:
     return found
 
 
-def _status_text(proposal: Proposal) -> str:
-    text = f"state **{proposal.get_state_display()}**"
-    if proposal.on_hold:
-        text += ", on hold"
-    if proposal.outcome:
-        text += f", outcome **{proposal.get_outcome_display()}**"
-    return text
-
-
 def _rerun(proposal: Proposal, user: User, argument: str) -> str:
-    if not user.has_perm(perms.RERUN, proposal):
-        raise DomainError("You do not have permission to rerun runs of this proposal.")
+    action_require(proposal=proposal, actor=user, name="rerun")
     number = argument.strip().lstrip("#")
     if not number.isdigit() or len(number) > 18:
         raise DomainError("Say which run: `/rerun RUN` with the run's number.")
     run = Run.objects.filter(pk=int(number)).first()
-    if run is None or proposal.plan_id is None or run.plan_id != proposal.plan_id:
+    if run is None or run.plan_id != proposal.plan_id:
         raise DomainError(f"Run {argument} is not one of this proposal's runs.")
     new_run = run_rerun(run_id=run.pk, actor=user, door=Door.GITHUB)
     return f"run {run.pk} queued again as run {new_run.pk}"
@@ -93,7 +85,7 @@ def command_run(*, proposal_id: int, user: User, login: str, command: Command) -
                     reason=command.argument,
                     actor_label=label,
                 )
-                done = f"done: the proposal is now {_status_text(updated)}."
+                done = f"done; {proposal_status_text(updated)}."
             elif command.name in {"hold", "unhold"}:
                 updated = services.proposal_hold(
                     proposal_id=proposal_id,
@@ -102,11 +94,11 @@ def command_run(*, proposal_id: int, user: User, login: str, command: Command) -
                     door=Door.GITHUB,
                     reason=command.argument,
                 )
-                done = f"done: the proposal is now {_status_text(updated)}."
+                done = f"done; {proposal_status_text(updated)}."
             elif command.name == "rerun":
                 done = "done: " + _rerun(proposal, user, command.argument) + "."
             else:
-                done = f"the proposal is in {_status_text(proposal)}."
+                done = f"{proposal_status_text(proposal)}."
     except DomainError as exc:
         return f"Sorry {label}, `/{command.name}` was refused: {exc.message}"
     except ValidationError as exc:

@@ -5,7 +5,9 @@ so a write exists exactly when the change that caused it committed. ``outbox_dra
 one proposal's rows one at a time, in id order; a failure reschedules the row (exponential
 backoff with jitter, or what ``Retry-After`` / ``x-ratelimit-reset`` asks) and stops the
 drain, so later writes to that issue wait behind it. Creates carry a marker; a create
-whose answer was lost is found by its marker before it is tried again.
+whose answer was lost is found by its marker before it is tried again. Several drains of
+one proposal may run at once: a row is claimed in one conditional UPDATE (still pending,
+due, not leased) and re-read, so only one drain sends it, knowing how often it was tried.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import requests
-from django.apps import apps
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
@@ -36,6 +37,7 @@ from proposals.models import (
     Proposal,
     State,
 )
+from proposals.selectors import proposal_status_text
 
 logger = logging.getLogger(__name__)
 
@@ -184,8 +186,7 @@ def render_block(proposal: Proposal) -> str:
     link = f"{settings.SITE_URL}{proposal.get_absolute_url()}"
     lines = [
         proposal_marker(proposal.pk),
-        f"**[Proposal #{proposal.pk} on marin-site]({link})** · state: "
-        f"**{proposal.get_state_display()}**" + (" · on hold" if proposal.on_hold else ""),
+        f"**[Proposal #{proposal.pk} on marin-site]({link})** · {proposal_status_text(proposal)}",
     ]
     if not proposal.github_sections:  # written on the site: the issue shows its sections
         lines += ["", "### Summary", "", proposal.summary]
@@ -206,24 +207,11 @@ def render_block(proposal: Proposal) -> str:
     return "\n".join(lines)
 
 
-def _run_progress(plan_id: int) -> str:
-    try:
-        run_model = apps.get_model("runs", "Run")
-    except LookupError:
-        return ""
-    counts: dict[str, int] = {}
-    for state in run_model.objects.filter(plan_id=plan_id).values_list("state", flat=True):
-        counts[state] = counts.get(state, 0) + 1
-    return ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
-
-
 def render_status(proposal: Proposal) -> str:
     link = f"{settings.SITE_URL}{proposal.get_absolute_url()}"
-    lines = [
-        STATUS_MARKER,
-        f"**Status: {proposal.get_state_display()}**"
-        + (" (on hold: approval waits for `/unhold`)" if proposal.on_hold else ""),
-    ]
+    lines = [STATUS_MARKER, f"**Status** · {proposal_status_text(proposal)}"]
+    if proposal.on_hold:
+        lines.append("Approval waits for `/unhold`.")
     if proposal.state_reason:
         lines.append(f"> {proposal.state_reason.splitlines()[0][:500]}")
     plan = proposal.plan
@@ -236,11 +224,6 @@ def render_status(proposal: Proposal) -> str:
                 else ""
             )
         )
-        progress = _run_progress(plan.pk)
-        if progress:
-            lines.append(f"Runs: {progress}")
-    if proposal.outcome:
-        lines.append(f"Outcome: **{proposal.get_outcome_display()}**")
     lines.append(f"[Open on marin-site]({link}) · this comment is edited as things change.")
     return "\n\n".join(lines)
 
@@ -409,7 +392,8 @@ def outbox_send(*, repo: Any, row: GitHubOutbox) -> dict[str, Any]:
 
 
 def _next_row(proposal_id: int) -> GitHubOutbox | None:
-    """The oldest unsent row; a failed create blocks the issue's other writes."""
+    """The oldest unsent row, whether or not another drain holds it (the caller then stops:
+    writes go out in order); a failed create blocks the issue's other writes."""
     if GitHubOutbox.objects.filter(
         proposal_id=proposal_id,
         operation=OutboxOperation.ISSUE_CREATE,
@@ -423,12 +407,17 @@ def _next_row(proposal_id: int) -> GitHubOutbox | None:
     )
 
 
-def _claim(row: GitHubOutbox, now: datetime) -> bool:
-    return bool(
-        GitHubOutbox.objects.filter(pk=row.pk, state=OutboxState.PENDING)
+def _claim(row_id: int, now: datetime) -> GitHubOutbox | None:
+    """Take a row for this drain in one statement: only while it is pending, due and not
+    leased by another drain. Returns the row as stored once claimed (attempts, schedule),
+    never the copy read before, which another drain may have sent meanwhile."""
+    claimed = (
+        GitHubOutbox.objects.filter(pk=row_id, state=OutboxState.PENDING)
         .filter(Q(leased_until__isnull=True) | Q(leased_until__lt=now))
+        .filter(Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now))
         .update(leased_until=now + LEASE)
     )
+    return GitHubOutbox.objects.filter(pk=row_id).first() if claimed else None
 
 
 def outbox_drain(*, proposal_id: int, limit: int = 200) -> datetime | None:
@@ -438,14 +427,17 @@ def outbox_drain(*, proposal_id: int, limit: int = 200) -> datetime | None:
     client = gh.github_client()
     repo = gh.github_repo(client)
     for _ in range(limit):
-        row = _next_row(proposal_id)
+        found = _next_row(proposal_id)
         now = timezone.now()
-        if row is None:
+        if found is None:
             return None
-        if row.next_attempt_at and row.next_attempt_at > now:
-            return row.next_attempt_at
-        if not _claim(row, now):
-            return None  # another worker is sending this issue's writes
+        if found.leased_until is not None and found.leased_until >= now:
+            return None  # another drain is sending this issue's writes; it carries on
+        if found.next_attempt_at and found.next_attempt_at > now:
+            return found.next_attempt_at
+        row = _claim(found.pk, now)
+        if row is None:
+            continue  # it changed since it was read (sent, rescheduled, taken): look again
         try:
             result = outbox_send(repo=repo, row=row)
         except Retry as exc:

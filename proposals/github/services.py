@@ -27,14 +27,16 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from marin_site.db import server_binding_cursor
+from marin_site.doors import Door
 from marin_site.errors import DomainError
-from proposals import permissions as perms
+from marin_site.roles import ROLE_MAINTAINER, ROLE_REVIEWER, roles_forget
 from proposals import services
+from proposals.actions import ACTIONS
 from proposals.github import outbox
 from proposals.github.body import is_experiment, issue_fields
 from proposals.github.commands import commands_answer
 from proposals.github.payloads import payload_problem
-from proposals.models import MAX_MARKDOWN, Comment, Door, Proposal, State, WebhookDelivery
+from proposals.models import MAX_MARKDOWN, Comment, Proposal, State, WebhookDelivery
 from runs.models import Recipe
 
 logger = logging.getLogger(__name__)
@@ -73,13 +75,13 @@ def github_account(*, login: str, github_id: int | str | None) -> User:
     user = social.user
     roles = []
     if login.lower() in {m.lower() for m in settings.GITHUB_MAINTAINERS}:
-        roles.append(perms.ROLE_MAINTAINER)
+        roles.append(ROLE_MAINTAINER)
     if login.lower() in {r.lower() for r in settings.GITHUB_REVIEWERS}:
-        roles.append(perms.ROLE_REVIEWER)
+        roles.append(ROLE_REVIEWER)
     for role in roles:
         user.groups.add(Group.objects.get_or_create(name=role)[0])
-    if roles and hasattr(user, "_marin_roles"):
-        del user._marin_roles
+    if roles:
+        roles_forget(user)
     return user
 
 
@@ -354,7 +356,7 @@ def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
         created = proposal_from_issue(issue=issue)
         return _applied(f"proposal {created.pk} created ({created.state})")
     if event == "issue_comment":
-        return _comment_event(action, proposal, payload.get("comment") or {})
+        return _comment_event(action, proposal, payload.get("comment") or {}, payload)
     return _issue_event(action, proposal, issue, payload)
 
 
@@ -485,7 +487,7 @@ def proposal_apply_issue_edit(
     )
     if not changes:
         return _ignored("nothing changed outside the site's block")
-    if proposal.state not in {*services.EDITABLE_STATES, State.APPROVED}:
+    if proposal.state not in ACTIONS["edit"].states:
         return _ignored(f"a {proposal.get_state_display().lower()} proposal is not edited")
     editor = github_account(login=sender.get("login", "ghost"), github_id=sender.get("id"))
     services.proposal_update(proposal_id=proposal.pk, actor=editor, data=changes, door=Door.GITHUB)
@@ -534,7 +536,9 @@ def _issue_event(
 # Comments.
 
 
-def _comment_event(action: str, proposal: Proposal, comment: dict[str, Any]) -> Result:
+def _comment_event(
+    action: str, proposal: Proposal, comment: dict[str, Any], payload: dict[str, Any]
+) -> Result:
     """An ``issue_comment`` delivery on the issue linked to ``proposal``."""
     comment_id = comment.get("id")
     body = comment.get("body") or ""
@@ -548,6 +552,7 @@ def _comment_event(action: str, proposal: Proposal, comment: dict[str, Any]) -> 
         if existing is None:
             return _ignored("comment not mirrored")
         existing.delete()
+        _comment_noted(proposal, payload, "deleted a comment", "")
         return _applied(f"comment {comment_id} removed")
     if existing is not None:
         if (
@@ -558,6 +563,7 @@ def _comment_event(action: str, proposal: Proposal, comment: dict[str, Any]) -> 
             Comment.objects.filter(pk=existing.pk).update(
                 body=body[:MAX_MARKDOWN], github_updated_at=updated_at
             )
+            _comment_noted(proposal, payload, "edited a comment", services.excerpt(body))
             return _applied("comment updated (its commands are not run again)")
         return _ignored("comment already stored")
     if action not in {"created", "edited"} or not body.strip():
@@ -583,3 +589,16 @@ def _comment_event(action: str, proposal: Proposal, comment: dict[str, Any]) -> 
         proposal_id=proposal.pk, user=author, login=login, github_comment_id=comment_id, body=body
     )
     return _applied(f"comment stored; {len(answers)} command(s) answered")
+
+
+def _comment_noted(proposal: Proposal, payload: dict[str, Any], verb: str, message: str) -> None:
+    """A comment edited or deleted on GitHub, on the proposal's timeline."""
+    sender = payload.get("sender") or {}
+    services.event_record(
+        proposal=proposal,
+        actor=None,
+        actor_label=f"@{sender.get('login', '')}"[:100],
+        verb=verb,
+        door=Door.GITHUB,
+        message=message,
+    )

@@ -12,13 +12,14 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.shortcuts import redirect, render
+from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from proposals import permissions as perms
 from proposals.github import client, outbox, selectors
 from proposals.github.services import delivery_store
+from proposals.models import GitHubOutbox
 
 WEBHOOK_BODY_CAP = 25 * 1024 * 1024  # GitHub's own cap on a payload
 
@@ -82,6 +83,7 @@ def outbox_page(request: HttpRequest) -> HttpResponse:
 def outbox_retry(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.user.has_perm(perms.MANAGE_GITHUB_SYNC):
         raise PermissionDenied("Only maintainers retry GitHub writes.")
+    get_object_or_404(GitHubOutbox, pk=pk)  # rows are never deleted, so it stays there
     row = outbox.outbox_retry(row_id=pk)
     messages.success(request, f"GitHub write {row.pk} is queued again.")
     return redirect("github:outbox")

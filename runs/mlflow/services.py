@@ -29,7 +29,9 @@ from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
+from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.roles import is_maintainer
 from runs import metrics, queue, tracker_reports
 from runs.executors.external import PREFIX as EXTERNAL_PREFIX
 from runs.mlflow import protocol, selectors
@@ -43,9 +45,8 @@ from runs.mlflow.errors import (
     invalid,
 )
 from runs.models import Plan, PlanLaunch, Run, RunEvent, RunState
-from runs.permissions import is_run_maintainer
 
-DOOR = "mlflow"
+DOOR = Door.MLFLOW
 HEARTBEAT_EVERY = timedelta(seconds=2)
 RUN_TOKEN = re.compile(r"^r(\d{1,19})\.[0-9a-f]{64}$")
 
@@ -92,7 +93,7 @@ def _writable_run(caller: Caller, run_id: int, *, lock: bool = False) -> Run:
         raise MlflowError(
             PERMISSION_DENIED, f"This run token belongs to run {caller.run_id}, not run {run.pk}."
         )
-    if caller.user is not None and not is_run_maintainer(caller.user):
+    if caller.user is not None and not is_maintainer(caller.user):
         raise MlflowError(PERMISSION_DENIED, "Only maintainers write runs with an API token.")
     if run.tracker_deleted_at is not None:
         raise invalid(f"The run {run.pk} must be in the 'active' state. Current state is deleted.")
@@ -166,7 +167,7 @@ def run_create(
             raise invalid(f"Run {run.pk} is {run.state}; only a running run is reported to.")
     else:
         assert caller.user is not None
-        if not is_run_maintainer(caller.user):
+        if not is_maintainer(caller.user):
             raise MlflowError(PERMISSION_DENIED, "Only maintainers create runs with an API token.")
         if plan_id is None:
             raise MlflowError(

@@ -3,16 +3,31 @@ the scaling ladder; and the filters their templates format numbers and links wit
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from django import template
 from django.urls import reverse
 
-from runs import run_table
+from runs import presentation, run_table
+from runs.ladder import (
+    EXPONENT_STANDARD_ERRORS,
+    IRREDUCIBLE_LAW,
+    MIN_R_SQUARED,
+    MIN_SCALES_FOR_IRREDUCIBLE,
+    MIN_SCALES_FOR_MULTIPLIER,
+)
+from runs.metric_declarations import MetricDeclaration
 from runs.models import Plan
+from runs.steady import is_steady_state_key
 
 register = template.Library()
+
+LADDER_RULES = {
+    "irreducible_from": MIN_SCALES_FOR_IRREDUCIBLE,
+    "min_scales": MIN_SCALES_FOR_MULTIPLIER,
+    "min_r_squared": MIN_R_SQUARED,
+    "exponent_se": f"{EXPONENT_STANDARD_ERRORS:g}",
+}
 
 
 def series_url(plan_id: int) -> str:
@@ -36,6 +51,8 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
         "launch": table.launch,
         "ladder": ladder,
         "ladder_data": ladder.chart_data() if ladder else None,
+        "ladder_rules": LADDER_RULES,
+        "irreducible_law": IRREDUCIBLE_LAW,
         "table_url": reverse("plan-run-table", kwargs={"plan_id": plan.pk}),
         "series_url": f"{series_url(plan.pk)}?{run_table.series_query(table.chart_keys)}",
         "png_url": reverse("plan-loss-png", kwargs={"plan_id": plan.pk}),
@@ -43,56 +60,79 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
     }
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+def _metric(spec: Any) -> tuple[str, MetricDeclaration | None]:
+    """A filter's argument: a metric key, or a recipe's declaration of one."""
+    if isinstance(spec, MetricDeclaration):
+        return spec.key, spec
+    return str(spec), None
 
 
 @register.filter
-def metric(value: Any, key: str) -> str:
-    """A final metric as the table shows it: MFU in percent, tokens/s whole, losses to 4 places."""
-    if not _number(value):
-        return "–"
-    if key.endswith("mfu"):
-        return f"{100 * value:.1f}%"
-    if key.endswith("tokens_per_second"):
-        return f"{value:,.0f}"
-    if "fraction" in key:
-        return f"{value:.3f}"
-    return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+def metric(value: Any, spec: Any) -> str:
+    """A final metric as the table shows it, in its declared unit when ``spec`` is a
+    declaration (``runs.presentation.metric_text``)."""
+    return presentation.metric_text(value, *_metric(spec))
 
 
 @register.filter
-def metric_in_unit(value: Any, declaration: Any) -> str:
-    """A value of a declared metric in its unit (``runs.metric_declarations``): fractions and
-    percents as percents, throughput whole, times in seconds; undeclared keys as ``metric``."""
-    unit = getattr(declaration, "unit", "")
-    if not _number(value):
+def metric_label(spec: Any) -> str:
+    """A metric's heading: its declared display name and unit, else its key."""
+    return presentation.metric_label(*_metric(spec))
+
+
+@register.filter
+def better(spec: Any) -> str:
+    """Which way a declared metric is better, in words."""
+    return presentation.direction_text(_metric(spec)[1])
+
+
+@register.filter
+def spread(group: Any, spec: Any) -> str:
+    """A variant's metric over its seeds (a ``runs.seeds`` group): mean ± sample std
+    (``runs.presentation.spread_text``)."""
+    key, declaration = _metric(spec)
+    stats = (group.get("stats") or {}).get(key) if isinstance(group, dict) else None
+    return presentation.spread_text(stats, key, declaration)
+
+
+@register.filter
+def delta(group: Any, spec: Any) -> str:
+    """A variant's difference from the baseline, ± its standard error when it is known
+    (``runs.presentation.delta_text``)."""
+    if not isinstance(group, dict):
         return "–"
-    if unit == "fraction":
-        return f"{100 * value:.1f} %"
-    if unit == "percent":
-        return f"{value:.1f} %"
-    if unit == "tokens/s":
-        return f"{value:,.0f} tokens/s"
-    if unit == "seconds":
-        return f"{value:,.1f} s"
-    if unit in {"tokens", "count", "bytes"}:
-        return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3g}"
-    if unit == "flops":
-        return f"{value:.3g}"
-    return metric(value, str(getattr(declaration, "key", "")))
+    return presentation.delta_text(group.get("delta"), group.get("delta_se"), *_metric(spec))
+
+
+@register.filter
+def steady_key(key: Any) -> bool:
+    """Whether a metric key is summarised by its steady-state median (throughput, MFU)."""
+    return isinstance(key, str) and is_steady_state_key(key)
 
 
 @register.filter
 def sci(value: Any) -> str:
-    """Large counts (FLOPs) as 3.2e+18."""
-    return f"{value:.3g}" if _number(value) else "–"
+    """Large counts (FLOPs) as 3.2e+18 (``runs.presentation.flops_text``)."""
+    return presentation.flops_text(value)
 
 
 @register.filter
 def times(value: Any) -> str:
-    """A compute multiplier: 1.37 followed by a times sign."""
-    return f"{value:.2f}×" if _number(value) else "–"
+    """A compute multiplier: 1.37 followed by a times sign (``presentation.multiplier_text``)."""
+    return presentation.multiplier_text(value)
+
+
+@register.filter
+def exponent(fit: Any) -> str:
+    """A ladder fit's exponent ± its standard error (``runs.presentation.exponent_text``)."""
+    return presentation.exponent_text(
+        getattr(fit, "exponent", None), getattr(fit, "exponent_se", None)
+    )
+
+
+@register.filter
+def r_squared(value: Any) -> str:
+    return presentation.r_squared_text(value)
 
 
 @register.filter
@@ -104,4 +144,4 @@ def http_url(value: Any) -> str:
 
 @register.filter
 def config_value(value: Any) -> str:
-    return run_table.display(value)
+    return presentation.value_text(value)

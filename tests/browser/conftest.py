@@ -137,6 +137,8 @@ def browser_session(chromium: Browser, live_server: Any) -> Iterator[BrowserSess
         assert problems.outside_requests == [], (
             f"pages asked for something outside the site: {problems.outside_requests}"
         )
+        refused = [text for text in problems.console_errors if "Content Security Policy" in text]
+        assert refused == [], f"the Content-Security-Policy refused what a page needs: {refused}"
     finally:
         session.close()
 

@@ -11,7 +11,10 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
+from proposals import services
 from proposals.models import Event, Proposal, Review, State
+from runs import queue
+from runs.models import PlanLaunch, Run, RunEvent, RunState
 from tests.factories import (
     WALKTHROUGH_SPEC,
     CommentFactory,
@@ -19,6 +22,7 @@ from tests.factories import (
     ReviewFactory,
     UserFactory,
 )
+from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -264,6 +268,33 @@ def test_withdraw_and_cancel_endpoints(
     )
 
 
+def _launched(author: Any, maintainer: Any, recipe: Any) -> Proposal:
+    """An approved proposal whose plan is expanded into queued runs."""
+    proposal = ProposalFactory.create(recipe=recipe, author=author, state=State.SUBMITTED)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    proposal.refresh_from_db()
+    assert proposal.plan_id is not None
+    queue.plan_expand(plan_id=proposal.plan_id)
+    return proposal
+
+
+@pytest.mark.parametrize(("action", "who"), [("withdraw", "author"), ("cancel", "maintainer")])
+def test_withdraw_or_cancel_through_the_api_stops_the_plan(
+    api_as: Any, recipe: Any, contributor: Any, maintainer: Any, action: str, who: str
+) -> None:
+    proposal = _launched(contributor, maintainer, recipe)
+    actor = contributor if who == "author" else maintainer
+    response = api_as(actor).post(f"/api/v1/proposals/{proposal.pk}/{action}/")
+    assert response.status_code == 200, response.content
+    launch = PlanLaunch.objects.get(plan__proposal=proposal)
+    assert launch.canceled_at is not None
+    runs = Run.objects.filter(plan__proposal=proposal)
+    assert set(runs.values_list("state", flat=True)) == {RunState.KILLED}
+    assert set(
+        RunEvent.objects.filter(run__in=runs, verb="killed").values_list("door", flat=True)
+    ) == {"api"}
+
+
 def test_plan_preview_before_approval(api: APIClient, proposal: Proposal) -> None:
     plan = api.get(f"/api/v1/proposals/{proposal.pk}/plan/").json()
     assert plan["frozen"] is False
@@ -378,3 +409,22 @@ def test_deeply_nested_json_is_a_400(api_as: Any, contributor: Any) -> None:
     )
     assert response.status_code == 400
     assert "nested too deeply" in response.json()["detail"]
+
+
+def test_timeline_endpoint_has_the_runs_events(
+    api_as: Any, recipe: Any, contributor: Any, maintainer: Any
+) -> None:
+    plan = launched_plan(recipe)
+    proposal = ProposalFactory.create(
+        recipe=recipe, state=State.APPROVED, author=contributor, plan=plan
+    )
+    run = Run.objects.filter(plan=plan).order_by("entry__index").first()
+    assert run is not None
+    api_as(maintainer).post(f"/api/v1/runs/{run.pk}/cancel/")
+    api_as(contributor).post("/api/v1/comments/", {"proposal": proposal.pk, "body": "Why?"})
+    entries = APIClient().get(f"/api/v1/proposals/{proposal.pk}/timeline/").json()["results"]
+    rows = [(e["kind"], e["run"], e["verb"], e["to_state"], e["door"], e["actor"]) for e in entries]
+    assert ("run", run.pk, "cancel_requested", "", "api", "max") in rows
+    assert ("run", run.pk, "killed", "killed", "api", "max") in rows
+    assert ("proposal", None, "commented", "", "api", "carla") in rows
+    assert [e["created_at"] for e in entries] == sorted(e["created_at"] for e in entries)

@@ -9,6 +9,8 @@ import pytest
 from proposals import services
 from proposals.github.commands import Command, commands_in
 from proposals.models import GitHubOutbox, Proposal, State
+from runs import queue
+from runs.models import PlanLaunch, Run, RunEvent, RunState
 from tests.factories import ProposalFactory
 from tests.proposals.github_support import (
     comment_delivery,
@@ -129,7 +131,7 @@ def test_hold_and_unhold_are_refused_for_non_maintainers(linked: Proposal, clien
 
 
 def test_status_answers_anyone(linked: Proposal, client: Any) -> None:
-    assert "state **Submitted**" in _say(client, linked, "/status", "randomperson", 13)
+    assert "state: **Submitted**" in _say(client, linked, "/status", "randomperson", 13)
 
 
 def test_cancel_only_from_approved(linked: Proposal, client: Any) -> None:
@@ -154,3 +156,21 @@ def test_answers_reach_the_issue(linked: Proposal, client: Any, github_on: Any) 
     drain()
     bodies = [c["body"] for c in github_on.issue_comments(linked.github_issue_number)]
     assert any(b.startswith("@randomperson `/status`") for b in bodies)
+
+
+def test_cancel_by_command_stops_the_plan(linked: Proposal, client: Any, maintainer: Any) -> None:
+    services.proposal_transition(proposal_id=linked.pk, action="approve", actor=maintainer)
+    linked.refresh_from_db()
+    assert linked.plan_id is not None
+    queue.plan_expand(plan_id=linked.plan_id)
+    proposal = linked
+    answer = _say(client, linked, "/cancel", "maxine", 20)
+    assert answer.startswith("@maxine `/cancel`: done")
+    assert linked.state == State.CANCELED
+    launch = PlanLaunch.objects.get(plan__proposal=proposal)
+    assert launch.canceled_at is not None
+    runs = Run.objects.filter(plan__proposal=proposal)
+    assert set(runs.values_list("state", flat=True)) == {RunState.KILLED}
+    assert set(
+        RunEvent.objects.filter(run__in=runs, verb="killed").values_list("door", flat=True)
+    ) == {"github"}

@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import threading
+import time
+from datetime import datetime
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
+from marin_site.doors import Door
 from proposals import services
+from proposals.github import outbox
 from proposals.github.body import END, START
 from proposals.github.fake import FakeGitHub
 from proposals.github.outbox import outbox_drain
-from proposals.models import Comment, Door, GitHubOutbox, OutboxState, Proposal, State
+from proposals.models import Comment, GitHubOutbox, OutboxState, Proposal, State
+from tests.concurrency import started
 from tests.factories import ProposalFactory, UserFactory
 from tests.proposals.github_support import (
     BOT,
@@ -53,7 +60,7 @@ def test_submitting_on_the_site_opens_an_issue_with_labels_block_and_status(
     comments = github_on.issue_comments(_number(proposal))
     assert len(comments) == 1
     assert comments[0]["id"] == proposal.github_status_comment_id
-    assert "Status: Submitted" in comments[0]["body"]
+    assert "**Status** · state: **Submitted**" in comments[0]["body"]
 
 
 def test_a_draft_gets_no_issue(github_on: FakeGitHub, contributor: Any, recipe: Any) -> None:
@@ -108,7 +115,7 @@ def test_full_conversation_site_submit_then_approve_on_github(
 
     comments = github_on.issue_comments(number)
     status = next(c for c in comments if c["id"] == status_id)
-    assert "Status: Approved" in status["body"]
+    assert "**Status** · state: **Approved**" in status["body"]
     assert [c for c in comments if "marin-site:status" in c["body"]] == [status]
     answers = [c for c in comments if c["body"].startswith("@maxine `/approve`: done")]
     assert len(answers) == 1
@@ -225,6 +232,67 @@ def test_a_create_whose_answer_was_lost_is_found_not_repeated(
     assert proposal.github_issue_number == 1
 
 
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("backoff_seconds", [60, 0.01], ids=["rate-limited", "due-again"])
+def test_two_drains_of_one_proposal_never_send_a_write_twice(
+    github_on: FakeGitHub,
+    contributor: Any,
+    recipe: Any,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    backoff_seconds: float,
+) -> None:
+    """Drain B reads the next row; before B claims it, drain A claims and sends it, GitHub
+    writes the comment but the answer is lost (as with a 502 after the write), and A
+    reschedules it. B must then neither send it while it waits for its retry time (a rate
+    limit) nor, once it is due, send it as if it had never been tried: it looks for the
+    comment's marker first, as any retry does. Every submit queues several drains of one
+    proposal, so two at once is the usual case."""
+    settings.GITHUB_OUTBOX_BACKOFF_SECONDS = backoff_seconds
+    settings.GITHUB_OUTBOX_BACKOFF_MAX_SECONDS = backoff_seconds
+    proposal = _submitted(contributor, recipe)
+    drain()
+    number = _number(proposal)
+    comment = services.comment_create(proposal_id=proposal.pk, author=contributor, body="hello")
+    github_on.fail("lost", times=1, methods={"POST"})
+
+    b_has_read, a_is_done = threading.Event(), threading.Event()
+    next_row = outbox._next_row
+
+    def next_row_then_wait(proposal_id: int) -> Any:
+        row = next_row(proposal_id)
+        if threading.current_thread().name == "drain B" and not b_has_read.is_set():
+            b_has_read.set()  # B holds its copy of the row; A goes now
+            assert a_is_done.wait(30)
+        return row
+
+    monkeypatch.setattr(outbox, "_next_row", next_row_then_wait)
+    drain_b = started(lambda: outbox_drain(proposal_id=proposal.pk), "drain B")
+    assert b_has_read.wait(30)
+    drain_a = started(lambda: outbox_drain(proposal_id=proposal.pk), "drain A")
+    come_back_a: datetime = drain_a.outcome()
+    if backoff_seconds < 1:
+        time.sleep(0.1)  # the row is due again before B carries on
+    a_is_done.set()
+    come_back_b = drain_b.outcome()
+
+    hello = [c for c in github_on.issue_comments(number) if "hello" in c["body"]]
+    assert len(hello) == 1  # A's write, whose answer was lost; B did not write it again
+    row = GitHubOutbox.objects.get(idempotency_key=f"comment:site:{comment.pk}")
+    if backoff_seconds >= 1:
+        assert (row.state, row.attempts) == (OutboxState.PENDING, 1)
+        assert come_back_b == come_back_a == row.next_attempt_at
+        assert row.next_attempt_at is not None
+        assert row.next_attempt_at > timezone.now()
+        GitHubOutbox.objects.filter(pk=row.pk).update(next_attempt_at=None)  # time passes
+        drain()
+        assert len([c for c in github_on.issue_comments(number) if "hello" in c["body"]]) == 1
+    else:
+        assert (row.state, row.attempts) == (OutboxState.DONE, 2)
+        assert row.result == {"comment_id": hello[0]["id"]}
+    assert Comment.objects.get(pk=comment.pk).github_comment_id == hello[0]["id"]
+
+
 def test_a_permanent_failure_stays_visible_and_can_be_retried_by_a_maintainer(
     github_on: FakeGitHub, client: Any, contributor: Any, maintainer: Any, recipe: Any
 ) -> None:
@@ -245,6 +313,7 @@ def test_a_permanent_failure_stays_visible_and_can_be_retried_by_a_maintainer(
     assert page.status_code == 200
     assert "404" in page.content.decode()
     assert client.post(f"/github/outbox/{row.pk}/retry/").status_code == 302
+    assert client.post(f"/github/outbox/{row.pk + 1000}/retry/").status_code == 404
     row.refresh_from_db()
     assert (row.state, row.attempts) == (OutboxState.PENDING, 0)
 

@@ -369,6 +369,18 @@ def test_comment_edits_apply_in_order_and_deletes_remove(
     )
     process_deliveries()
     assert not Comment.objects.filter(github_comment_id=77).exists()
+    proposal = Proposal.objects.get(github_issue_number=9)
+    noted = [
+        (e.verb, e.door, e.message)
+        for e in proposal.events.filter(
+            verb__in=["commented", "edited a comment", "deleted a comment"]
+        )
+    ]
+    assert noted == [
+        ("commented", "github", "v1"),
+        ("edited a comment", "github", "v3"),
+        ("deleted a comment", "github", ""),
+    ]
 
 
 def test_comments_on_pull_requests_are_not_proposal_comments(

@@ -7,11 +7,14 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from marin_site.doors import Door
 from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
 from proposals import services
 from proposals.models import Amendment, Event, Proposal, Review, State
-from runs.models import Plan, PlanEntry
+from runs import queue
+from runs.models import Plan, PlanEntry, PlanLaunch, Run, RunEvent, RunState
 from runs.services import recipe_update
+from tests.concurrency import race
 from tests.factories import ProposalFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -34,8 +37,8 @@ def _data(recipe: Any, **overrides: Any) -> dict[str, Any]:
     return data | overrides
 
 
-def _at(state: str, author: Any, recipe: Any) -> Proposal:
-    return ProposalFactory.create(author=author, recipe=recipe, state=state)
+def _at(state: str, author: Any, recipe: Any, **fields: Any) -> Proposal:
+    return ProposalFactory.create(author=author, recipe=recipe, state=state, **fields)
 
 
 def test_create_records_a_created_event(contributor: Any, recipe: Any) -> None:
@@ -175,6 +178,41 @@ def test_approving_twice_changes_nothing(contributor: Any, maintainer: Any, reci
     assert proposal.events.filter(verb="approved").count() == 1
 
 
+def test_approval_commits_the_plan_launch_with_it(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    """The launch row is part of the approval's transaction (only its expansion waits for
+    the commit): a process dying just after the commit cannot lose it."""
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    approved = services.proposal_transition(
+        proposal_id=proposal.pk, action="approve", actor=maintainer
+    )
+    launch = PlanLaunch.objects.get(plan__proposal=approved)
+    assert launch.criteria == approved.approved_criteria
+    assert launch.canceled_at is None
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_approvals_at_once_freeze_and_launch_one_plan(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    """The second approval waits for the first one's lock on the proposal, then finds it
+    approved and changes nothing."""
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+
+    def approve() -> Proposal:
+        return services.proposal_transition(
+            proposal_id=proposal.pk, action="approve", actor=maintainer
+        )
+
+    first, second = race(approve, approve)
+
+    assert first.plan_id == second.plan_id
+    assert Plan.objects.count() == 1 == PlanLaunch.objects.count()
+    assert Proposal.objects.get(pk=proposal.pk).plan_id == first.plan_id
+    assert proposal.events.filter(verb="approved").count() == 1
+
+
 def test_reject_by_maintainer_needs_reason(contributor: Any, maintainer: Any, recipe: Any) -> None:
     proposal = _at(State.SUBMITTED, contributor, recipe)
     with pytest.raises(ValidationError):
@@ -240,6 +278,128 @@ def test_cancel_refused_for_author_and_from_submitted(
     submitted = _at(State.SUBMITTED, contributor, recipe)
     with pytest.raises(TransitionNotAllowed):
         services.proposal_transition(proposal_id=submitted.pk, action="cancel", actor=maintainer)
+
+
+def _launched(contributor: Any, maintainer: Any, recipe: Any, **fields: Any) -> Proposal:
+    """An approved proposal whose plan is expanded into queued runs."""
+    proposal = _at(State.SUBMITTED, contributor, recipe, **fields)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    proposal.refresh_from_db()
+    assert proposal.plan_id is not None
+    queue.plan_expand(plan_id=proposal.plan_id)
+    return proposal
+
+
+def _start(run: Run) -> None:
+    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+
+
+@pytest.mark.parametrize(("action", "who"), [("cancel", "maintainer"), ("withdraw", "author")])
+def test_cancel_or_withdrawal_stops_the_plan_with_the_proposal(
+    contributor: Any, maintainer: Any, recipe: Any, action: str, who: str
+) -> None:
+    """In the same transaction: queued runs killed, running ones asked to stop, nothing more
+    dispatched; a maintainer's cancel after a withdrawal has nothing left to stop."""
+    proposal = _launched(contributor, maintainer, recipe)
+    running = Run.objects.filter(plan__proposal=proposal).order_by("pk").first()
+    assert running is not None
+    _start(running)
+    actor = maintainer if who == "maintainer" else contributor
+
+    services.proposal_transition(proposal_id=proposal.pk, action=action, actor=actor)
+
+    launch = PlanLaunch.objects.get(plan__proposal=proposal)
+    assert launch.canceled_at is not None
+    runs = Run.objects.filter(plan__proposal=proposal)
+    assert set(runs.exclude(pk=running.pk).values_list("state", flat=True)) == {RunState.KILLED}
+    running.refresh_from_db()
+    assert running.state == RunState.RUNNING
+    assert running.cancel_requested_at is not None
+    assert runs.filter(cancel_requested_at__isnull=True).count() == 0
+    assert queue.runs_dispatch() == []
+    kill = RunEvent.objects.filter(run__plan__proposal=proposal, verb="killed").first()
+    assert kill is not None
+    assert (kill.actor, kill.from_state, kill.door) == (actor, RunState.QUEUED, "web")
+
+
+def test_cancelling_a_plan_of_a_thousand_runs_takes_a_few_queries(
+    contributor: Any,
+    maintainer: Any,
+    recipe: Any,
+    django_assert_max_num_queries: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """A cancel used to ask each run in turn (thousands of queries, longer than the
+    server's timeout); now it is set-based, and the running runs' stops go to a task."""
+    grid = (
+        "axes:\n"
+        "  learning_rate: [0.001, 0.002, 0.003, 0.004, 0.005, 0.006, 0.007, 0.008, 0.009, 0.01]\n"
+        "  weight_decay: [0.01, 0.02, 0.03, 0.04, 0.05, 0.06, 0.07, 0.08, 0.09, 0.1]\n"
+        "  capacity_factor: [1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 5.5, 6.0]\n"
+    )
+    proposal = _launched(
+        contributor, maintainer, recipe, ablation_spec=grid, budget_accelerator_hours=None
+    )
+    runs = Run.objects.filter(plan__proposal=proposal)
+    assert runs.count() >= 1000
+    for run in runs.order_by("pk")[:3]:
+        _start(run)
+
+    with django_capture_on_commit_callbacks() as after_commit, django_assert_max_num_queries(40):
+        services.proposal_transition(proposal_id=proposal.pk, action="cancel", actor=maintainer)
+
+    assert runs.filter(state=RunState.KILLED).count() == runs.count() - 3
+    assert runs.filter(state=RunState.RUNNING, cancel_requested_at__isnull=False).count() == 3
+    assert runs.filter(cancel_requested_at__isnull=True).count() == 0
+    assert RunEvent.objects.filter(run__plan__proposal=proposal, verb="killed").count() == (
+        runs.count() - 3
+    )
+    assert len(after_commit) >= 1  # the running runs' stops and the summary, after commit
+    assert (
+        services.proposal_transition(
+            proposal_id=proposal.pk, action="cancel", actor=maintainer
+        ).state
+        == State.CANCELED
+    )
+
+
+def test_reconciler_launches_an_approved_plan_whose_launch_was_lost(
+    contributor: Any, maintainer: Any, recipe: Any, settings: Any
+) -> None:
+    settings.RUNS_DEFAULT_EXECUTOR, settings.RAY_ADDRESS = "ray", ""  # nothing starts
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    proposal.refresh_from_db()
+    PlanLaunch.objects.filter(plan__proposal=proposal).delete()  # as a lost hand-off left it
+
+    queue.runs_reconcile()
+
+    launch = PlanLaunch.objects.get(plan__proposal=proposal)
+    assert launch.criteria == proposal.approved_criteria
+    assert launch.expanded_at is not None
+    assert Run.objects.filter(plan__proposal=proposal, state=RunState.QUEUED).count() == 4
+
+
+@pytest.mark.parametrize("state", [State.CANCELED, State.WITHDRAWN])
+def test_reconciler_cancels_the_plan_of_a_stopped_proposal_whose_cancel_was_lost(
+    contributor: Any, maintainer: Any, recipe: Any, state: str
+) -> None:
+    proposal = _launched(contributor, maintainer, recipe)
+    Proposal.objects.filter(pk=proposal.pk).update(state=state)  # the plan's cancel never ran
+
+    queue.runs_reconcile()
+
+    assert PlanLaunch.objects.get(plan__proposal=proposal).canceled_at is not None
+    states = set(Run.objects.filter(plan__proposal=proposal).values_list("state", flat=True))
+    assert states == {RunState.KILLED}
+
+
+def test_reconciler_leaves_rejected_and_approved_plans_alone(
+    contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    proposal = _launched(contributor, maintainer, recipe)
+    assert services.proposal_plans_reconcile() == {"launched": 0, "canceled": 0}
+    assert PlanLaunch.objects.get(plan__proposal=proposal).canceled_at is None
 
 
 def test_unknown_action_is_refused(proposal: Proposal, maintainer: Any) -> None:
@@ -433,3 +593,23 @@ def test_comment_needs_a_body_and_an_account(proposal: Proposal, reviewer: Any) 
         services.comment_create(proposal_id=proposal.pk, author=AnonymousUser(), body="hi")
     comment = services.comment_create(proposal_id=proposal.pk, author=reviewer, body="hi")
     assert comment.author_label == "rita"
+
+
+@pytest.mark.parametrize("door", [Door.WEB, Door.API, Door.GITHUB])
+def test_a_comment_is_recorded_on_the_timeline_with_its_door(
+    proposal: Proposal, reviewer: Any, door: str
+) -> None:
+    long_body = "Have you tried top-2 routing?\n\n" + "More words. " * 50
+    services.comment_create(proposal_id=proposal.pk, author=reviewer, body=long_body, door=door)
+    event = proposal.events.get(verb="commented")
+    assert (event.actor, event.door) == (reviewer, door)
+    assert event.message.startswith("Have you tried top-2 routing? More words.")
+    assert len(event.message) <= 280
+
+
+def test_a_refused_comment_records_nothing(proposal: Proposal) -> None:
+    from django.contrib.auth.models import AnonymousUser
+
+    with pytest.raises(ActionForbidden):
+        services.comment_create(proposal_id=proposal.pk, author=AnonymousUser(), body="hi")
+    assert not proposal.events.exists()

@@ -9,8 +9,12 @@ from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
+from marin_site.doors import Door
+from proposals import services
 from proposals.models import Comment, Proposal, Review, State
 from proposals.services import event_record
+from runs import queue
+from runs.models import PlanLaunch, Run, RunEvent, RunState
 from tests.factories import (
     WALKTHROUGH_SPEC,
     CommentFactory,
@@ -18,6 +22,7 @@ from tests.factories import (
     ReviewFactory,
     UserFactory,
 )
+from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -257,6 +262,33 @@ def test_approve_button_for_maintainer(client: Client, recipe: Any, maintainer: 
     assert proposal.events.get(verb="approved").door == "web"
 
 
+def _launched(author: Any, maintainer: Any, recipe: Any) -> Proposal:
+    """An approved proposal whose plan is expanded into queued runs."""
+    proposal = ProposalFactory.create(recipe=recipe, author=author, state=State.SUBMITTED)
+    services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    proposal.refresh_from_db()
+    assert proposal.plan_id is not None
+    queue.plan_expand(plan_id=proposal.plan_id)
+    return proposal
+
+
+def test_withdrawing_an_approved_proposal_on_the_site_stops_its_plan(
+    client: Client, contributor: Any, maintainer: Any, recipe: Any
+) -> None:
+    proposal = _launched(contributor, maintainer, recipe)
+    client.force_login(contributor)
+    response = client.post(f"/proposals/{proposal.pk}/transition/withdraw/")
+    assert response.status_code == 302
+    assert Proposal.objects.get(pk=proposal.pk).state == State.WITHDRAWN
+    launch = PlanLaunch.objects.get(plan__proposal=proposal)
+    assert launch.canceled_at is not None
+    runs = Run.objects.filter(plan__proposal=proposal)
+    assert set(runs.values_list("state", flat=True)) == {RunState.KILLED}
+    assert set(
+        RunEvent.objects.filter(run__in=runs, verb="killed").values_list("door", flat=True)
+    ) == {"web"}
+
+
 def test_approve_refused_for_contributor_and_from_wrong_state(
     client: Client, recipe: Any, contributor: Any, maintainer: Any
 ) -> None:
@@ -357,3 +389,56 @@ def test_recipe_pages(client: Client, recipe: Any, maintainer: Any, contributor:
     assert client.get("/recipes/new/").status_code == 403
     client.force_login(maintainer)
     assert client.get("/recipes/new/").status_code == 200
+
+
+def test_a_run_finishing_and_a_run_canceled_show_on_the_proposal_timeline(
+    client: Client, recipe: Any, contributor: Any, maintainer: Any
+) -> None:
+    plan = launched_plan(recipe)
+    proposal = ProposalFactory.create(
+        recipe=recipe, state=State.APPROVED, author=contributor, plan=plan
+    )
+    first, second = Run.objects.filter(plan=plan).order_by("entry__index")
+    queue.run_transition(run_id=first.pk, to_state=RunState.RUNNING, door=Door.WORKER)
+    queue.run_transition(run_id=first.pk, to_state=RunState.FINISHED, door=Door.RUNNER)
+    queue.run_cancel(run_id=second.pk, actor=maintainer, door=Door.WEB)
+
+    html = client.get(proposal.get_absolute_url()).content.decode()
+    timeline = html.split('id="timeline-heading"')[1]
+    finished = timeline.split(f'data-run-id="{first.pk}"')[-1].split("</li>")[0]
+    assert "finished" in finished and f"run #{first.pk}" in finished and "Runner" in finished
+    killed = timeline.split(f'data-run-id="{second.pk}"')[-1].split("</li>")[0]
+    assert "killed" in killed and "max" in killed and "Web" in killed
+
+
+def test_hold_and_unhold_buttons_on_the_web(
+    client: Client, recipe: Any, maintainer: Any, contributor: Any
+) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    client.force_login(contributor)
+    assert client.post(f"/proposals/{proposal.pk}/hold/").status_code == 403
+    client.force_login(maintainer)
+    response = client.post(f"/proposals/{proposal.pk}/hold/", {"reason": "Budget review."})
+    assert response.status_code == 302
+    proposal.refresh_from_db()
+    assert proposal.on_hold
+    event = proposal.events.get(verb="put on hold")
+    assert (event.door, event.message) == ("web", "Budget review.")
+    page = client.get(proposal.get_absolute_url()).content.decode()
+    assert "action-unhold" in page and "action-approve" not in page
+    assert client.post(f"/proposals/{proposal.pk}/unhold/").status_code == 302
+    proposal.refresh_from_db()
+    assert not proposal.on_hold
+
+
+def test_the_plan_table_writes_values_as_the_run_table_does(client: Client, recipe: Any) -> None:
+    proposal = ProposalFactory.create(
+        recipe=recipe,
+        baseline={"capacity_factor": 1.5},
+        ablation_spec="axes:\n  capacity_factor: [1.0, 2.0]\n",
+    )
+    plan_section = (
+        client.get(proposal.get_absolute_url()).content.decode().split('id="plan-heading"')[1]
+    )
+    assert "1.5 → <strong>1</strong>" in plan_section
+    assert "<strong>1.0</strong>" not in plan_section

@@ -197,6 +197,13 @@ def test_maintainer_edits_a_recipe(api_as: Any, maintainer: Any, recipe: Any) ->
     assert response.status_code == 200
     recipe.refresh_from_db()
     assert recipe.title == "Tiny MoE (CPU), revised"
+    event = recipe.events.get()
+    assert (event.verb, event.door, event.actor, event.message) == (
+        "edited",
+        "api",
+        maintainer,
+        "Changed title",
+    )
 
 
 def test_maintainer_edit_that_breaks_the_recipe_is_refused(

@@ -12,6 +12,7 @@ from rest_framework.test import APIClient
 
 from runs import metrics, queue
 from runs.models import MetricPoint, MetricSummary, Run, RunState
+from tests.concurrency import race
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -159,6 +160,27 @@ def test_points_out_of_order_are_stored_and_summarised(
     assert post(api, run, token, "metrics/", {"points": later}).status_code == 200
     a.refresh_from_db()
     assert (a.last, a.step, a.min, a.count) == (4.0, 12, -1.0, 6)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_ingests_of_the_same_points_at_once_store_and_count_each_once(
+    running: tuple[Run, str],
+) -> None:
+    """The second batch meets the first one's uncommitted points (on PostgreSQL it waits on
+    their primary key, then takes the upsert path): every (run, key, step) is stored once
+    and the summary counts it once."""
+    run, _token = running
+
+    def ingest(steps: range) -> int:
+        parsed = metrics.points_parse(data=batch("train/loss", steps))
+        return metrics.metrics_ingest(run=run, batch=parsed)
+
+    assert race(lambda: ingest(range(10)), lambda: ingest(range(5, 15))) == (10, 10)
+
+    assert MetricPoint.objects.filter(run=run, key="train/loss").count() == 15
+    summary = MetricSummary.objects.get(run=run, key="train/loss")
+    assert (summary.count, summary.min, summary.max) == (15, 1.0, 15.0)
+    assert (summary.last, summary.step) == (15.0, 14)
 
 
 def test_order_and_fold() -> None:

@@ -93,7 +93,7 @@ def test_page_shows_run_table_with_diff_only_config_and_live_flag(
     assert f'data-run-id="{high.pk}" data-run-state="running"' in page
     assert f'data-run-id="{baseline.pk}" data-run-state="queued"' in page
     row = page.split(f'id="run-row-{high.pk}"')[1].split("</tr>")[0]
-    assert "capacity_factor=2.0" in row
+    assert "<code>capacity_factor=2</code>" in row  # as the charts write it, never 2.0
     assert "learning_rate" not in row  # the same as the baseline's: not shown
     assert "3.2500" in row and "25.0%" in row
     assert "8 / 12" in row  # progress: the highest step of the config's steps
@@ -238,31 +238,68 @@ def test_partial_links_logs_and_wandb_only_when_the_run_has_them(
 # --- scaling ladder ------------------------------------------------------------------------
 
 
+THREE_SCALE_SPEC = """axes:
+  capacity_factor: [2.0]
+scales: [small, medium, large]
+"""
+
+
+def _finish_ladder(plan: Plan, losses: dict[tuple[str, bool], float]) -> None:
+    for run in _runs(plan):
+        _move(run, RunState.RUNNING)
+        loss = losses[(run.entry.scale, run.entry.is_baseline)]
+        _report(run, "eval/loss", [loss + 1, loss])
+        speed = 1000.0 if run.entry.is_baseline else 800.0
+        _report(run, "throughput/tokens_per_second", [speed] * 4)
+        _move(run, RunState.FINISHED)
+
+
 def test_ladder_appears_for_a_plan_with_scales(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, THREE_SCALE_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    flops = {run.entry.scale: run.entry.flops for run in _runs(plan)}
+    losses = {}
+    for scale, c in flops.items():  # the variant does at C what the baseline does at 2C
+        losses[(scale, True)] = 30.0 * c**-0.1
+        losses[(scale, False)] = 30.0 * (2 * c) ** -0.1
+    _finish_ladder(plan, losses)
+
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+    assert 'id="ladder-chart" data-chart-key="ladder"' in page
+    assert '<script id="ladder-data" type="application/json">' in page
+    ladder_table = page.split('id="ladder-table"')[1].split("</table>")[0]
+    assert "<code>capacity_factor=2</code>" in ladder_table  # as the run table writes it
+    assert "capacity_factor=2.0" not in ladder_table
+    assert "plain power law" in ladder_table
+    assert re.search(r'data-multiplier="2\.0000', ladder_table)
+    assert 'data-throughput-ratio="0.8"' in ladder_table
+    assert re.search(r'data-effective-speedup="1\.6000', ladder_table)
+    assert 'id="ladder-refusals"' not in page
+
+
+def test_ladder_of_two_scales_states_no_multiplier_and_says_why(
     client: Client, recipe: Any, contributor: Any
 ) -> None:
     plan = launched_plan(recipe, LADDER_SPEC)
     proposal = _proposal_for(plan, contributor)
-    runs = _runs(plan)
-    by_scale = {(r.entry.scale, r.entry.is_baseline): r for r in runs}
     losses = {
         ("small", True): 3.0,
         ("medium", True): 2.6,
         ("small", False): 2.9,
         ("medium", False): 2.5,
     }
-    for key, loss in losses.items():
-        run = by_scale[key]
-        _move(run, RunState.RUNNING)
-        _report(run, "eval/loss", [loss + 1, loss])
-        _move(run, RunState.FINISHED)
+    _finish_ladder(plan, losses)
 
     page = client.get(f"/proposals/{proposal.pk}/").content.decode()
 
-    assert 'id="ladder-chart" data-chart-key="ladder"' in page
-    assert '<script id="ladder-data" type="application/json">' in page
-    assert "capacity_factor=2.0" in page.split('id="ladder-table"')[1]
-    assert re.search(r'data-multiplier="\d', page)
+    assert 'data-multiplier=""' in page.split('id="ladder-table"')[1]
+    assert not re.search(r'data-multiplier="\d', page)
+    refusals = page.split('id="ladder-refusals"')[1].split("</ul>")[0]
+    assert "<strong>capacity_factor=2</strong>: no multiplier, because" in refusals
+    assert "has 2 scales; a multiplier needs at least 3" in refusals
 
 
 def test_no_ladder_without_scales(client: Client, recipe: Any, contributor: Any) -> None:
@@ -270,6 +307,69 @@ def test_no_ladder_without_scales(client: Client, recipe: Any, contributor: Any)
     proposal = _proposal_for(plan, contributor)
     _finish_all(plan, [3.0, 2.9, 3.1])
     assert 'id="ladder"' not in client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+
+# --- seeds and reused throughput in the run table ----------------------------------------
+
+
+def test_seed_table_shows_mean_std_and_delta_against_the_noise(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, "axes:\n  capacity_factor: [2.0]\nseeds: [0, 1]\n")
+    proposal = _proposal_for(plan, contributor)
+    # Two seeds a side: Welch's t has about 1.5 degrees of freedom (t = 12.7), so only a
+    # difference of more than 0.14 here is outside the noise.
+    losses: dict[tuple[bool, int | None], float] = {
+        (True, 0): 3.00,
+        (True, 1): 3.02,
+        (False, 0): 2.70,
+        (False, 1): 2.71,
+    }
+    for run in _runs(plan):
+        _move(run, RunState.RUNNING)
+        _report(run, "eval/loss", [losses[(run.entry.is_baseline, run.entry.seed)]])
+        _move(run, RunState.FINISHED)
+
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+    table = page.split('id="seed-table"')[1].split("</table>")[0]
+    assert "Δ <code>eval/loss</code> against the baseline" in table
+    baseline_row, variant_row = table.split('data-variant="')[1:3]
+    assert '<td class="num" data-metric-key="eval/loss">3.0100 ± 0.0141</td>' in baseline_row
+    assert '<td class="num" data-metric-key="eval/loss">2.7050 ± 0.0071</td>' in variant_row
+    assert "−0.3050 ± 0.0112" in variant_row
+    assert "outside the noise" in variant_row
+    assert 'id="no-seed-spread"' not in page
+
+
+def test_one_seed_per_point_says_no_spread_is_known(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    _finish_all(plan, [3.0, 2.9, 3.1])
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    assert 'id="seed-table"' not in page
+    assert 'id="no-seed-spread"' in page
+
+
+def test_run_table_marks_the_throughput_a_cached_run_reuses(client: Client, recipe: Any) -> None:
+    first = launched_plan(recipe)
+    for run in _runs(first):
+        _move(run, RunState.RUNNING)
+        _report(run, "throughput/tokens_per_second", [100.0, 900.0, 1000.0, 1100.0, 1000.0, 50.0])
+        _move(run, RunState.FINISHED)
+    second = launched_plan(recipe)
+    partial = client.get(f"/plans/{second.pk}/runs/").content.decode()
+    cells = re.findall(
+        r'data-metric-key="throughput/tokens_per_second">([^<]*)(<span[^>]*>)?', partial
+    )
+    assert [value for value, _ in cells] == ["1,000 ", "1,000 "]  # the median, not the last 50
+    assert all('class="muted reused"' in span for _, span in cells)
+    source = _runs(first)[0].pk
+    assert f'title="Measured by run #{source}: this cached run did not run again"' in partial
+    own = client.get(f"/plans/{first.pk}/runs/").content.decode()
+    assert 'class="muted reused"' not in own
 
 
 # --- compare -------------------------------------------------------------------------------

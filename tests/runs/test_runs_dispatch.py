@@ -10,14 +10,20 @@ import json
 import os
 import signal
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
 
-from runs import queue
+from marin_site.celery import app
+from runs import queue, services
+from runs.executors import JobState, JobStatus
 from runs.executors.local import LocalExecutor
-from runs.models import Plan, PlanLaunch, Run, RunState
+from runs.models import Plan, PlanLaunch, Run, RunEvent, RunState
+from tests.concurrency import race
 from tests.runs.runs_helpers import eager_tasks, launched_plan, wait_for  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -241,6 +247,100 @@ def test_stale_heartbeat_is_crashed_and_its_job_stopped(
     assert "no heartbeat" in run.state_reason
     executor = LocalExecutor()
     assert wait_for(lambda: executor.poll(run.external_id).is_done)
+
+
+def test_a_heartbeat_arriving_while_the_reconciler_looks_saves_the_run(
+    recipe: Any, monkeypatch: pytest.MonkeyPatch, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The reconciler's first look at a run is unlocked; it decides to crash a silent run
+    only after locking it and looking again, so a heartbeat that came in between (here:
+    while the executor was polled) keeps the run running."""
+    plan = with_command(launched_plan(recipe), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    wait_for((Path(run.output_path) / "child.json").exists)
+    long_ago = timezone.now() - timedelta(hours=1)
+    Run.objects.filter(pk=run.pk).update(heartbeat_timeout_seconds=60, heartbeat_at=long_ago)
+    token = queue.run_token(run=run)
+    poll = LocalExecutor.poll
+
+    def poll_while_a_heartbeat_arrives(executor: LocalExecutor, external_id: str) -> JobStatus:
+        status = poll(executor, external_id)
+        answer = APIClient().post(
+            f"/api/v1/runs/{run.pk}/heartbeat/",
+            {},
+            format="json",
+            HTTP_AUTHORIZATION=f"Bearer {token}",
+        )
+        assert answer.status_code == 200, answer.content
+        return status
+
+    monkeypatch.setattr(LocalExecutor, "poll", poll_while_a_heartbeat_arrives)
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.run_reconcile(run_id=run.pk)
+
+    run.refresh_from_db()
+    assert (run.state, run.failure_kind) == (RunState.RUNNING, "")
+    assert run.heartbeat_at is not None
+    assert run.heartbeat_at > long_ago
+    assert poll(LocalExecutor(), run.external_id).state == JobState.RUNNING
+
+
+def test_a_canceled_plan_s_running_job_is_stopped_after_commit(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The plan's cancel only marks the running run; a task after commit (eager here)
+    asks its executor to stop it, and the reconciler records it killed."""
+    plan = with_command(launched_plan(recipe, max_concurrent_runs=1), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    running = Run.objects.get(plan=plan, state=RunState.RUNNING)
+    wait_for((Path(running.output_path) / "child.json").exists)
+
+    with django_capture_on_commit_callbacks(execute=True):
+        assert services.plan_cancel(plan_id=plan.pk) == 2
+
+    assert Run.objects.get(plan=plan, state=RunState.KILLED).pk != running.pk
+    executor = LocalExecutor()
+    assert wait_for(lambda: executor.poll(running.external_id).is_done, timeout=15)
+    done = settle(running, {RunState.KILLED, RunState.CRASHED}, django_capture_on_commit_callbacks)
+    assert done.state == RunState.KILLED
+    pgid = json.loads((Path(running.output_path) / "child.json").read_text())["pgid"]
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pgid, 0)
+
+
+def test_a_run_canceled_before_its_job_was_submitted_never_starts_it(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    plan = with_command(launched_plan(recipe), SLEEPER)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    queue.run_start(run_id=run.pk)  # committed; its on-commit submit has not run yet
+    services.plan_cancel(plan_id=plan.pk)
+
+    assert queue.run_submit(run_id=run.pk) == ""  # the late submit
+    assert not Path(queue.run_workdir(run=run)).exists()
+    with django_capture_on_commit_callbacks(execute=True):
+        queue.run_reconcile(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.KILLED
+    assert run.state_reason == "canceled before its job was submitted"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_dispatchers_at_once_start_no_more_than_the_plan_allows(recipe: Any) -> None:
+    """The second dispatch waits for the first one's lock on the plan's launch, then counts
+    the run the first one started: one run running, started once, not two."""
+    app.conf.task_always_eager = False  # the launch's own nudges must not dispatch first
+    plan = with_command(launched_plan(recipe, max_concurrent_runs=1), SLEEPER)
+    assert Run.objects.filter(plan=plan, state=RunState.QUEUED).count() == 2
+
+    first, second = race(queue.runs_dispatch, queue.runs_dispatch)
+
+    assert len(first) + len(second) == 1
+    assert Run.objects.filter(plan=plan, state=RunState.RUNNING).count() == 1
+    assert RunEvent.objects.filter(run__plan=plan, verb="running").count() == 1
 
 
 def test_worker_killed_between_commit_and_submit_is_resubmitted(

@@ -27,7 +27,7 @@ def test_run_page_is_public_and_shows_state_metrics_and_timeline(
     assert response.status_code == 200
     assert "running" in page
     assert "eval/loss" in page
-    assert "2.25000" in page
+    assert "2.2500" in page  # runs.presentation writes it
     assert "queued → running" in page
 
 
@@ -40,6 +40,6 @@ def test_a_plans_run_table_lists_its_runs(client: Client, recipe: Any) -> None:
     html = client.get(f"/plans/{plan.pk}/runs/").content.decode()
     assert html.count('href="/runs/') == 2
     assert "baseline" in html
-    assert "capacity_factor=2.0" in html
+    assert "<code>capacity_factor=2</code>" in html
     not_launched = frozen_plan(recipe)
     assert "No runs yet" in client.get(f"/plans/{not_launched.pk}/runs/").content.decode()

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from django.core.exceptions import ValidationError
 
+from marin_site.doors import Door
 from runs import services
 from runs.compute import run_cost
 from runs.demo_recipes import MARIN_MOE, TINY_MOE
@@ -436,3 +437,28 @@ def test_each_freeze_is_its_own_plan(recipe: Any) -> None:
     first_hashes = set(PlanEntry.objects.filter(plan=first).values_list("config_hash", flat=True))
     second_hashes = set(PlanEntry.objects.filter(plan=second).values_list("config_hash", flat=True))
     assert first_hashes == second_hashes
+
+
+@pytest.mark.django_db
+def test_recipe_create_and_update_are_recorded_in_its_history(maintainer: Any) -> None:
+    recipe = services.recipe_create(actor=maintainer, data=recipe_data(), door=Door.API)
+    services.recipe_update(
+        recipe=recipe,
+        data={"title": "Tiny MoE, v1", "is_active": False},
+        actor=maintainer,
+        door=Door.WEB,
+    )
+    services.recipe_update(recipe=recipe, data={"title": "Tiny MoE, v1"}, actor=maintainer)
+    assert [(e.verb, e.door, e.actor, e.message) for e in recipe.events.all()] == [
+        ("created", "api", maintainer, ""),
+        ("edited", "web", maintainer, "Changed is_active, title"),
+    ]  # the last update changed nothing: nothing recorded
+
+
+@pytest.mark.django_db
+def test_a_refused_recipe_update_records_nothing(recipe: Any, maintainer: Any) -> None:
+    with pytest.raises(ValidationError):
+        services.recipe_update(
+            recipe=recipe, data={"default_config": {"steps": "many"}}, actor=maintainer
+        )
+    assert not recipe.events.exists()

@@ -82,7 +82,7 @@ def test_smallest_scale_runs_offline_and_learns(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     line = json.loads((tmp_path / "tracker_metrics.jsonl").read_text().splitlines()[-1])
     assert set(line) == {"config", "summary"}
-    assert line["config"]["width"] == 64
+    assert line["config"]["width"] == TINY_MOE["scales"]["small"]["width"]
     summary = line["summary"]
     assert summary["eval/loss"] < 0.5 * math.log(256)  # far below a uniform guess
     for key in (

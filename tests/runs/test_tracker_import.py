@@ -69,7 +69,7 @@ def test_every_step_of_every_key_the_config_and_the_summary_are_imported(
     assert upload.points_written == 49 + 50 + 50
     assert upload.points_skipped == 1 + 50 * 2  # the NaN, the notes, the histograms
     assert upload.error_count == 0
-    assert RunEvent.objects.filter(run=run, verb="tracker_import", door="cli").exists()
+    assert RunEvent.objects.filter(run=run, verb="tracker_import", door="system").exists()
 
 
 def test_importing_the_same_file_twice_changes_nothing(run: Run, tmp_path: Path) -> None:

@@ -13,9 +13,10 @@ from django.contrib.auth.models import Group
 from django.core.management.base import BaseCommand
 from django.db import transaction
 
+from marin_site.doors import Door
+from marin_site.roles import ROLES
 from proposals import services
-from proposals.models import Door, Proposal
-from proposals.permissions import ROLES
+from proposals.models import Proposal
 from runs.demo_recipes import DEMO_RECIPES
 from runs.models import Recipe
 from runs.services import recipe_create

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0004_recipe_executor'),
+        ('runs', '0006_metric_summary_steady'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -1,0 +1,69 @@
+"""The site's roles and the one check of each, shared by both apps' permission rules.
+
+Roles are Django groups: ``reviewer`` and ``maintainer`` (a maintainer is also a reviewer;
+a superuser is a maintainer). Any signed-in, active user is a contributor. The predicates
+below are django-rules predicates; ``proposals/permissions.py`` and ``runs/permissions.py``
+build their named permissions from them, and ``permission_require`` is how a service asks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import rules
+
+from marin_site.errors import ActionForbidden
+
+ROLE_CONTRIBUTOR = "contributor"
+ROLE_REVIEWER = "reviewer"
+ROLE_MAINTAINER = "maintainer"
+ROLES = (ROLE_CONTRIBUTOR, ROLE_REVIEWER, ROLE_MAINTAINER)
+_CACHE = "_marin_roles"
+
+
+def role_names(user: Any) -> frozenset[str]:
+    """The user's role groups, read once per user object."""
+    if not getattr(user, "is_authenticated", False) or not user.is_active:
+        return frozenset()
+    cached = getattr(user, _CACHE, None)
+    if cached is None:
+        cached = frozenset(user.groups.values_list("name", flat=True))
+        if user.is_superuser:
+            cached |= {ROLE_MAINTAINER}
+        setattr(user, _CACHE, cached)
+    return cached
+
+
+def roles_forget(user: Any) -> None:
+    """Forget the roles read for this user object (after its groups changed)."""
+    if hasattr(user, _CACHE):
+        delattr(user, _CACHE)
+
+
+@rules.predicate
+def is_contributor(user: Any) -> bool:
+    return bool(getattr(user, "is_authenticated", False) and user.is_active)
+
+
+@rules.predicate
+def is_maintainer(user: Any) -> bool:
+    return ROLE_MAINTAINER in role_names(user)
+
+
+@rules.predicate
+def is_reviewer(user: Any) -> bool:
+    return bool(role_names(user) & {ROLE_REVIEWER, ROLE_MAINTAINER})
+
+
+def permission_require(actor: Any, permission: str, obj: Any, what: str) -> None:
+    """Raise ActionForbidden unless ``actor`` has ``permission`` on ``obj``.
+
+    ``what`` completes "You do not have permission to ...". A missing actor (``None``) is
+    asked as an anonymous visitor would be.
+    """
+    if actor is None:
+        from django.contrib.auth.models import AnonymousUser
+
+        actor = AnonymousUser()
+    if not actor.has_perm(permission, obj):
+        raise ActionForbidden(f"You do not have permission to {what}.")

@@ -1,0 +1,223 @@
+"""What an actor may do to a proposal in its current state: the one table every door asks.
+
+``TRANSITIONS`` is the proposal's state machine; ``ACTIONS`` is every action on a proposal
+(the transitions, editing, reviewing, commenting, recording the outcome, holding and
+releasing, rerunning one of its runs), each with its permission (``proposals/permissions.py``
+or ``runs/permissions.py``) and the states it starts from. ``action_refusal`` says why an
+actor may not take an action now, or None; ``allowed_actions`` lists those it may.
+
+The services refuse with exactly that refusal (``action_require``), so the doors agree by
+construction: the proposal page shows a button for each allowed action, the API lists them
+on the proposal (``allowed_actions``) and answers a refused one with the refusal's status
+(403 permission, 409 state, 400 another rule), and a slash command answers with its message.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
+from proposals import permissions as perms
+from proposals.models import Proposal, State
+from runs import permissions as run_perms
+
+ALL_STATES = frozenset(State.values)
+EDITABLE_STATES = frozenset({State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED})
+
+
+@dataclass(frozen=True)
+class Transition:
+    action: str
+    sources: frozenset[str]
+    target: str
+    permission: str
+    verb: str
+    needs_reason: bool = False
+
+
+TRANSITIONS: dict[str, Transition] = {
+    t.action: t
+    for t in (
+        Transition(
+            "submit",
+            frozenset({State.DRAFT, State.CHANGES_REQUESTED}),
+            State.SUBMITTED,
+            perms.SUBMIT,
+            "submitted",
+        ),
+        Transition(
+            "request_changes",
+            frozenset({State.SUBMITTED}),
+            State.CHANGES_REQUESTED,
+            perms.REQUEST_CHANGES,
+            "changes requested",
+            needs_reason=True,
+        ),
+        Transition(
+            "approve", frozenset({State.SUBMITTED}), State.APPROVED, perms.APPROVE, "approved"
+        ),
+        Transition(
+            "reject",
+            frozenset({State.SUBMITTED}),
+            State.REJECTED,
+            perms.REJECT,
+            "rejected",
+            needs_reason=True,
+        ),
+        Transition(
+            "withdraw",
+            frozenset({State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED, State.APPROVED}),
+            State.WITHDRAWN,
+            perms.WITHDRAW,
+            "withdrew",
+        ),
+        Transition("cancel", frozenset({State.APPROVED}), State.CANCELED, perms.CANCEL, "canceled"),
+    )
+}
+
+
+@dataclass(frozen=True)
+class Action:
+    """One thing an actor may do to a proposal."""
+
+    name: str
+    label: str  # the button's words
+    permission: str
+    states: frozenset[str]  # the states it may start from
+    phrase: str  # "Cannot <phrase> from state ..."
+    what: str  # "You do not have permission to <what>."
+    tone: str = ""  # how its button looks: "primary", "danger" or plain
+    needs_reason: bool = False
+
+    @property
+    def transition(self) -> Transition | None:
+        return TRANSITIONS.get(self.name)
+
+
+def _transition_action(name: str, label: str, tone: str = "") -> Action:
+    transition = TRANSITIONS[name]
+    phrase = name.replace("_", " ")
+    return Action(
+        name=name,
+        label=label,
+        permission=transition.permission,
+        states=transition.sources,
+        phrase=phrase,
+        what=f"{phrase} this proposal",
+        tone=tone,
+        needs_reason=transition.needs_reason,
+    )
+
+
+ACTIONS: dict[str, Action] = {
+    action.name: action
+    for action in (
+        _transition_action("submit", "Submit for review", "primary"),
+        _transition_action("request_changes", "Request changes"),
+        _transition_action("approve", "Approve", "primary"),
+        _transition_action("reject", "Reject", "danger"),
+        _transition_action("withdraw", "Withdraw", "danger"),
+        _transition_action("cancel", "Cancel", "danger"),
+        Action("hold", "Hold", perms.HOLD, ALL_STATES, "hold", "hold or unhold this proposal"),
+        Action(
+            "unhold",
+            "Release the hold",
+            perms.HOLD,
+            ALL_STATES,
+            "unhold",
+            "hold or unhold this proposal",
+        ),
+        Action(
+            "edit",
+            "Edit proposal",
+            perms.CHANGE,
+            EDITABLE_STATES | {State.APPROVED},
+            "edit",
+            "edit this proposal",
+        ),
+        Action(
+            "review",
+            "Review",
+            perms.REVIEW,
+            frozenset({State.SUBMITTED, State.CHANGES_REQUESTED}),
+            "review",
+            "review this proposal",
+        ),
+        Action("comment", "Comment", perms.COMMENT, ALL_STATES, "comment", "comment"),
+        Action(
+            "record_outcome",
+            "Record outcome",
+            perms.RECORD_OUTCOME,
+            frozenset({State.APPROVED, State.CANCELED}),
+            "record an outcome",
+            "record the outcome",
+        ),
+        Action(
+            "rerun",
+            "Rerun a run",
+            run_perms.RERUN_RUN,
+            ALL_STATES,  # the rule: a launched plan
+            "rerun a run",
+            "rerun runs of this proposal",
+        ),
+    )
+}
+# The actions the proposal page offers as buttons in its actions panel, in this order.
+BUTTON_ACTIONS = (*TRANSITIONS, "hold", "unhold")
+
+
+class AlreadyDone(DomainError):
+    """The action would change nothing (the proposal is already where it leads): services
+    return quietly, and no door offers it."""
+
+    status_code = 200
+
+
+def action_refusal(*, proposal: Proposal, actor: Any, name: str) -> DomainError | None:
+    """Why ``actor`` may not take action ``name`` on ``proposal`` now; None if it may.
+
+    Asked in this order: the permission (ActionForbidden), whether it is already done
+    (AlreadyDone), the state (TransitionNotAllowed, naming the states it starts from), then
+    the action's own rule (a hold blocks approval; a rerun needs a launched plan).
+    """
+    action = ACTIONS.get(name)
+    if action is None:
+        return DomainError(f"Unknown action '{name}'; known: {', '.join(ACTIONS)}.")
+    if actor is None or not actor.has_perm(action.permission, proposal):
+        return ActionForbidden(f"You do not have permission to {action.what}.")
+    transition = action.transition
+    if (
+        (transition is not None and proposal.state == transition.target)
+        or (name == "hold" and proposal.on_hold)
+        or (name == "unhold" and not proposal.on_hold)
+    ):
+        return AlreadyDone(f"Nothing to do: the proposal is already {proposal.state}.")
+    if proposal.state not in action.states:
+        return TransitionNotAllowed(
+            action=action.phrase, current=proposal.state, allowed=action.states
+        )
+    if name == "approve" and proposal.on_hold:
+        return DomainError("This proposal is on hold; a maintainer must unhold it first.")
+    if name == "rerun" and proposal.plan_id is None:
+        return DomainError("This proposal has no launched plan, so no run to rerun.")
+    return None
+
+
+def action_require(*, proposal: Proposal, actor: Any, name: str) -> bool:
+    """Raise the refusal of ``name``; False when it would change nothing, True to go ahead."""
+    refusal = action_refusal(proposal=proposal, actor=actor, name=name)
+    if isinstance(refusal, AlreadyDone):
+        return False
+    if refusal is not None:
+        raise refusal
+    return True
+
+
+def allowed_actions(proposal: Proposal, user: Any) -> list[Action]:
+    """The actions ``user`` may take on ``proposal`` now, in the table's order."""
+    return [
+        action
+        for name, action in ACTIONS.items()
+        if action_refusal(proposal=proposal, actor=user, name=name) is None
+    ]

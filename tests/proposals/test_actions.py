@@ -1,0 +1,169 @@
+"""One table of what an actor may do to a proposal, and every door agreeing with it.
+
+For every state (and a submitted proposal on hold) and every role, the proposal page shows a
+button or form exactly for the allowed actions, the API does exactly those (and refuses the
+others with the refusal's status), and the slash commands answer "done" or "refused" with
+the refusal's own words.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AnonymousUser
+from django.test import Client
+from rest_framework.test import APIClient
+
+from marin_site.errors import ActionForbidden, TransitionNotAllowed
+from proposals.actions import (
+    ACTIONS,
+    TRANSITIONS,
+    AlreadyDone,
+    action_refusal,
+    allowed_actions,
+)
+from proposals.github.commands import Command, command_run
+from proposals.models import Proposal, State
+from tests.factories import ProposalFactory, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+STATES = [(state, False) for state in State.values] + [(State.SUBMITTED, True)]
+ROLES = ("anonymous", "author", "contributor", "reviewer", "maintainer")
+API_ACTIONS = (*TRANSITIONS, "hold", "unhold")
+COMMANDS = {
+    "approve": "approve",
+    "reject": "reject",
+    "request-changes": "request_changes",
+    "cancel": "cancel",
+    "hold": "hold",
+    "unhold": "unhold",
+}
+REASON = "Because the baseline is missing."
+
+
+@pytest.fixture
+def people(recipe: Any) -> dict[str, Any]:
+    return {
+        "anonymous": AnonymousUser(),
+        "author": UserFactory.create(username="ada", roles=["contributor"]),
+        "contributor": UserFactory.create(username="carl", roles=["contributor"]),
+        "reviewer": UserFactory.create(username="rev", roles=["reviewer"]),
+        "maintainer": UserFactory.create(username="mai", roles=["maintainer"]),
+    }
+
+
+def _proposal(people: dict[str, Any], state: str, on_hold: bool) -> Proposal:
+    return ProposalFactory.create(author=people["author"], state=state, on_hold=on_hold)
+
+
+def _expected_status(refusal: Exception | None, role: str) -> set[int]:
+    if refusal is None or isinstance(refusal, AlreadyDone):
+        return {200}
+    if isinstance(refusal, ActionForbidden):
+        return {401, 403} if role == "anonymous" else {403}
+    if isinstance(refusal, TransitionNotAllowed):
+        return {409}
+    return {400}
+
+
+def _page_actions(html: str, pk: int) -> set[str]:
+    """The actions the page offers: buttons of the actions panel, the edit link, forms."""
+    shown = {name for name in (*TRANSITIONS, "hold", "unhold") if f"action-{name}" in html}
+    forms = {
+        "edit": f'href="/proposals/{pk}/edit/"',
+        "review": f'action="/proposals/{pk}/review/"',
+        "comment": f'action="/proposals/{pk}/comment/"',
+        "record_outcome": f'action="/proposals/{pk}/outcome/"',
+    }
+    return shown | {name for name, marker in forms.items() if marker in html}
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize(("state", "on_hold"), STATES)
+def test_the_page_offers_exactly_the_allowed_actions(
+    client: Client, people: dict[str, Any], state: str, on_hold: bool, role: str
+) -> None:
+    proposal = _proposal(people, state, on_hold)
+    user = people[role]
+    if role != "anonymous":
+        client.force_login(user)
+    html = client.get(proposal.get_absolute_url()).content.decode()
+    allowed = {action.name for action in allowed_actions(proposal, user)}
+    assert _page_actions(html, proposal.pk) == allowed - {"rerun"}
+
+
+@pytest.mark.parametrize("role", ROLES)
+@pytest.mark.parametrize(("state", "on_hold"), STATES)
+def test_the_api_does_exactly_the_allowed_actions(
+    api: APIClient, people: dict[str, Any], state: str, on_hold: bool, role: str
+) -> None:
+    user = people[role]
+    if role != "anonymous":
+        api.force_authenticate(user)
+    listed = api.get(f"/api/v1/proposals/{_proposal(people, state, on_hold).pk}/").json()
+    assert listed["allowed_actions"] == [
+        action.name for action in allowed_actions(Proposal.objects.get(pk=listed["id"]), user)
+    ]
+    for name in API_ACTIONS:
+        proposal = _proposal(people, state, on_hold)
+        refusal = action_refusal(proposal=proposal, actor=user, name=name)
+        response = api.post(
+            f"/api/v1/proposals/{proposal.pk}/{name.replace('_', '-')}/", {"reason": REASON}
+        )
+        assert response.status_code in _expected_status(refusal, role), (name, response.json())
+        proposal.refresh_from_db()
+        if refusal is None:
+            transition = TRANSITIONS.get(name)
+            if transition is not None:
+                assert proposal.state == transition.target, name
+            else:
+                assert proposal.on_hold == (name == "hold"), name
+        else:
+            assert (proposal.state, proposal.on_hold) == (state, on_hold), name
+        if refusal is not None and not isinstance(refusal, AlreadyDone) and role != "anonymous":
+            assert response.json()["detail"] == refusal.message
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r != "anonymous"])
+@pytest.mark.parametrize(("state", "on_hold"), STATES)
+def test_slash_commands_answer_as_the_table_says(
+    people: dict[str, Any], state: str, on_hold: bool, role: str
+) -> None:
+    user = people[role]
+    for command, name in COMMANDS.items():
+        proposal = _proposal(people, state, on_hold)
+        refusal = action_refusal(proposal=proposal, actor=user, name=name)
+        answer = command_run(
+            proposal_id=proposal.pk, user=user, login=role, command=Command(command, REASON)
+        )
+        if refusal is None or isinstance(refusal, AlreadyDone):
+            assert answer.startswith(f"@{role} `/{command}`: done"), (command, answer)
+        else:
+            assert answer == (f"Sorry @{role}, `/{command}` was refused: {refusal.message}"), (
+                command
+            )
+
+
+def test_the_table_knows_each_door_s_actions() -> None:
+    assert set(TRANSITIONS) | {"hold", "unhold", "rerun"} <= set(ACTIONS)
+
+
+def test_approve_is_not_offered_while_on_hold(people: dict[str, Any]) -> None:
+    proposal = _proposal(people, State.SUBMITTED, True)
+    names = [action.name for action in allowed_actions(proposal, people["maintainer"])]
+    assert "approve" not in names
+    assert "unhold" in names
+    assert "hold" not in names
+    refusal = action_refusal(proposal=proposal, actor=people["maintainer"], name="approve")
+    assert refusal is not None and "on hold" in refusal.message
+
+
+def test_rerun_needs_the_maintainer_and_a_launched_plan(people: dict[str, Any]) -> None:
+    proposal = _proposal(people, State.APPROVED, False)
+    maintainer = people["maintainer"]
+    assert "rerun" not in [a.name for a in allowed_actions(proposal, maintainer)]
+    assert isinstance(
+        action_refusal(proposal=proposal, actor=people["author"], name="rerun"), ActionForbidden
+    )
