@@ -48,12 +48,20 @@ def _bump() -> None:
         cache.set(GENERATION_KEY, 1, timeout=None)
 
 
+PAGE_SIGNALS = (post_save, post_delete, m2m_changed)  # what an app's page receivers hear
+
+
 def _bump_receiver(sender: Any, **kwargs: Any) -> None:
     generation_bump()
 
 
 def invalidate_on_change(*models: type[Model]) -> None:
-    """Bump the generation whenever a row of one of ``models`` is saved or deleted."""
+    """Bump the generation whenever a row of one of ``models`` is saved or deleted.
+
+    For an app without a receivers module yet (runs/); an app with one declares a receiver
+    there, ``@receiver(PAGE_SIGNALS, sender=Model)`` calling ``generation_bump``, the same
+    connections in the project's one style.
+    """
     for model in models:
         uid = f"pagecache:{model._meta.label}"
         post_save.connect(_bump_receiver, sender=model, dispatch_uid=uid + ":save")

@@ -6,6 +6,7 @@ from django.http import HttpRequest
 
 from marin_site.admin import RecordedAdmin, TimelineAdmin
 from marin_site.doors import Door
+from proposals.github.outbox.enqueue import outbox_retry
 from proposals.models import (
     Amendment,
     Comment,
@@ -104,8 +105,6 @@ class GitHubOutboxAdmin(admin.ModelAdmin):
 
     @admin.action(description="Retry the selected failed writes")
     def retry(self, request: Any, queryset: Any) -> None:
-        from proposals.github.outbox import outbox_retry
-
         for row in queryset.filter(state=OutboxState.FAILED):
             outbox_retry(row_id=row.pk)
 

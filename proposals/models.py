@@ -338,3 +338,24 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event}.{self.action} {self.delivery_id} ({self.outcome})"
+
+
+class GitHubRoleGrant(models.Model):
+    """A role given through GITHUB_MAINTAINERS / GITHUB_REVIEWERS, bound to the GitHub
+    user id the configured login had when it was resolved (proposals/github/accounts.py).
+
+    A login is only a name: it can be renamed, freed and taken by someone else, and compares
+    in any letter case. The id cannot, so the role follows the id."""
+
+    role = models.CharField(max_length=20)
+    login = models.CharField(max_length=100, help_text="as configured, lowercased")
+    github_id = models.BigIntegerField(null=True, blank=True)
+    checked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["role", "login"], name="github_role_grant_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.login} ({self.github_id or 'unresolved'})"

@@ -19,7 +19,11 @@ from marin_site.errors import DomainError
 from marin_site.roles import permission_require
 from proposals import permissions as perms
 from proposals.actions import TRANSITIONS, action_require
-from proposals.github import outbox as github_outbox
+from proposals.github.outbox.enqueue import (
+    outbox_outcome_comment,
+    outbox_proposal_changed,
+    outbox_site_comment,
+)
 from proposals.models import (
     Amendment,
     Comment,
@@ -175,7 +179,7 @@ def proposal_create(
     proposal.save()
     proposal.labels.set(label_rows)
     event_record(proposal=proposal, actor=author, verb="created", door=door, to_state=State.DRAFT)
-    github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
+    outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     if submit:
         proposal_transition(proposal_id=proposal.pk, action="submit", actor=author, door=door)
         proposal.refresh_from_db()
@@ -234,7 +238,7 @@ def proposal_update(
         door=door,
         message="Changed " + ", ".join(sorted(changes)),
     )
-    github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
+    outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     return proposal
 
 
@@ -324,11 +328,11 @@ def proposal_transition(
         message=reason,
         actor_label=actor_label,
     )
-    github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
+    outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     return proposal
 
 
-def proposal_plans_reconcile(**_signal: Any) -> dict[str, int]:
+def proposal_plans_reconcile() -> dict[str, int]:
     """Make good a plan hand-off that never happened: launch the plan of an approved
     proposal that has no launch, cancel the launched plan of a canceled or withdrawn one.
 
@@ -357,7 +361,7 @@ def proposal_plans_reconcile(**_signal: Any) -> dict[str, int]:
             proposal = uncanceled.select_for_update(of=("self",)).filter(pk=proposal_id).first()
             if proposal is not None and proposal.plan_id is not None:
                 plan_cancel(plan_id=proposal.plan_id, door=Door.WORKER)
-                github_outbox.outbox_proposal_changed(proposal=proposal)  # the runs' progress
+                outbox_proposal_changed(proposal=proposal)  # the runs' progress
                 done["canceled"] += 1
     return done
 
@@ -407,7 +411,7 @@ def comment_create(*, proposal_id: int, author: Actor, body: str, door: str = Do
         proposal=proposal, actor=author, verb="commented", door=door, message=excerpt(body)
     )
     if door != Door.GITHUB:  # GitHub sync: mirror site comments onto the issue
-        github_outbox.outbox_site_comment(comment=comment)
+        outbox_site_comment(comment=comment)
     return comment
 
 
@@ -444,8 +448,8 @@ def proposal_record_outcome(
         to_state=outcome,
         message=conclusion[:500],
     )
-    github_outbox.outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
-    github_outbox.outbox_outcome_comment(proposal=proposal)
+    outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
+    outbox_outcome_comment(proposal=proposal)
     return proposal
 
 
@@ -466,5 +470,5 @@ def proposal_hold(
         door=door,
         message=reason[:10_000],
     )
-    github_outbox.outbox_proposal_changed(proposal=proposal)
+    outbox_proposal_changed(proposal=proposal)
     return proposal

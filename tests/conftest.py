@@ -64,7 +64,7 @@ def _fresh_cache() -> None:
     """Throttles and caches start empty in every test (and what a process remembers of them)."""
     from django.core.cache import cache
 
-    from proposals.github.services import nudge_memo_forget
+    from proposals.github.deliveries import nudge_memo_forget
 
     cache.clear()
     nudge_memo_forget()

@@ -20,6 +20,7 @@ from marin_site.errors import DomainError
 from proposals import services
 from proposals.actions import action_require
 from proposals.github.body import FENCE, normalise
+from proposals.github.outbox.enqueue import outbox_comment_enqueue
 from proposals.models import Proposal
 from proposals.selectors import proposal_status_text
 from runs.models import Run
@@ -110,8 +111,6 @@ def commands_answer(
     *, proposal_id: int, user: User, login: str, github_comment_id: int, body: str
 ) -> list[str]:
     """Run every command of a new comment and queue one answer comment per command."""
-    from proposals.github.outbox import outbox_comment_enqueue
-
     answers = []
     for index, command in enumerate(commands_in(body)):
         answer = command_run(proposal_id=proposal_id, user=user, login=login, command=command)

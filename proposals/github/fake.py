@@ -49,6 +49,7 @@ class FakeState:
     bot_login: str
     token: str
     issues: dict[int, dict[str, Any]] = field(default_factory=dict)
+    users: dict[str, int] = field(default_factory=dict)  # lowercased login -> id
     comments: dict[int, dict[str, Any]] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
     rules: list[FailureRule] = field(default_factory=list)
@@ -147,6 +148,11 @@ class FakeGitHub:
     ) -> dict[str, Any]:
         with self.lock:
             return self._create_issue(title, body, labels or [], login)
+
+    def add_user(self, *, login: str, user_id: int) -> None:
+        """A GitHub account that ``GET /users/{login}`` finds (logins match in any case)."""
+        with self.lock:
+            self.state.users[login.lower()] = user_id
 
     def add_comment(self, *, number: int, body: str, login: str = "octocat") -> dict[str, Any]:
         with self.lock:
@@ -377,6 +383,12 @@ class _Handler(BaseHTTPRequestHandler):
         fake, state = self.fake, self.fake.state
         if path == "/user" and method == "GET":
             return 200, fake._user(state.bot_login), {}
+        match = re.fullmatch(r"/users/([^/]+)", path)
+        if match and method == "GET":
+            login = match.group(1)
+            if login.lower() not in state.users:
+                return 404, {"message": "Not Found"}, {}
+            return 200, {**fake._user(login), "id": state.users[login.lower()]}, {}
         if path == "/rate_limit":
             core = {"limit": 5000, "remaining": state.rate_remaining, "reset": 0, "used": 0}
             return 200, {"resources": {"core": core}, "rate": core}, {}

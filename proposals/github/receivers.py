@@ -1,7 +1,8 @@
 """What runs/ announces, turned into GitHub writes: status updates and the result comment.
 
 runs/ never imports proposals/; it sends signals after its transactions commit, and these
-receivers queue outbox rows in a transaction of their own.
+receivers queue outbox rows in a transaction of their own. Connected when
+``ProposalsConfig.ready()`` imports this module.
 """
 
 from __future__ import annotations
@@ -11,19 +12,23 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
+from django.dispatch import receiver
 from django.urls import reverse
 
-from proposals.github import outbox
+from proposals.github.outbox.enqueue import outbox_comment_enqueue, outbox_proposal_changed
 from proposals.models import Proposal
+from runs.signals import plan_finished, run_state_changed
 
 
+@receiver(run_state_changed, dispatch_uid="proposals.github.run_state_changed")
 def on_run_state_changed(sender: Any, *, plan_id: int, **kwargs: Any) -> None:
     with transaction.atomic():
         proposal = Proposal.objects.filter(plan_id=plan_id).first()
         if proposal is not None:
-            outbox.outbox_proposal_changed(proposal=proposal)  # the status comment's progress
+            outbox_proposal_changed(proposal=proposal)  # the status comment's progress
 
 
+@receiver(plan_finished, dispatch_uid="proposals.github.plan_finished")
 def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kwargs: Any) -> None:
     """The result comment: the table of final metrics, the verdict it suggests and a link.
 
@@ -43,7 +48,5 @@ def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kw
         body += f"\n\n![Loss curves of the plan]({chart})"
         body += f"\n\nCurves, logs and every run: {link}"
         digest = hashlib.sha256(table.encode()).hexdigest()[:16]
-        outbox.outbox_comment_enqueue(
-            proposal=proposal, key=f"result:{plan_id}:{digest}", body=body
-        )
-        outbox.outbox_proposal_changed(proposal=proposal)
+        outbox_comment_enqueue(proposal=proposal, key=f"result:{plan_id}:{digest}", body=body)
+        outbox_proposal_changed(proposal=proposal)

@@ -17,8 +17,9 @@ from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from proposals import permissions as perms
-from proposals.github import client, outbox, selectors
-from proposals.github.services import delivery_store
+from proposals.github import client, selectors
+from proposals.github.deliveries import delivery_store
+from proposals.github.outbox import enqueue
 from proposals.models import GitHubOutbox
 
 WEBHOOK_BODY_CAP = 25 * 1024 * 1024  # GitHub's own cap on a payload
@@ -84,6 +85,6 @@ def outbox_retry(request: HttpRequest, pk: int) -> HttpResponse:
     if not request.user.has_perm(perms.MANAGE_GITHUB_SYNC):
         raise PermissionDenied("Only maintainers retry GitHub writes.")
     get_object_or_404(GitHubOutbox, pk=pk)  # rows are never deleted, so it stays there
-    row = outbox.outbox_retry(row_id=pk)
+    row = enqueue.outbox_retry(row_id=pk)
     messages.success(request, f"GitHub write {row.pk} is queued again.")
     return redirect("github:outbox")

@@ -18,9 +18,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from proposals.github.deliveries import deliveries_drain
 from proposals.github.fake import FakeGitHub
-from proposals.github.outbox import outbox_drain
-from proposals.github.services import deliveries_drain
+from proposals.github.outbox.drain import outbox_drain
 from proposals.models import GitHubOutbox, OutboxState, WebhookDelivery
 
 SECRET = "webhook-test-secret"
@@ -53,8 +53,15 @@ def github_on(settings: Any, fake_github: FakeGitHub) -> FakeGitHub:
     settings.GITHUB_OUTBOX_MAX_ATTEMPTS = 50
     settings.GITHUB_MAINTAINERS = ["maxine"]
     settings.GITHUB_REVIEWERS = ["rosa"]
+    for login in ("maxine", "rosa"):  # GitHub knows them, with the ids their payloads carry
+        fake_github.add_user(login=login, user_id=github_user_id(login))
     settings.SITE_URL = "http://site.test"
     return fake_github
+
+
+def github_user_id(login: str) -> int:
+    """The id this file's payloads give ``login``'s GitHub account."""
+    return sum(map(ord, login)) * 7919
 
 
 def sign(body: bytes, secret: str = SECRET) -> str:
@@ -132,7 +139,7 @@ def issue_payload(
         "body": body,
         "state": "open",
         "labels": [{"name": name} for name in labels or ["experiment"]],
-        "user": {"login": login, "id": sum(map(ord, login)) * 7919},
+        "user": {"login": login, "id": github_user_id(login)},
         "created_at": updated_at,
         "updated_at": updated_at,
         "_repository": repository,
@@ -149,7 +156,7 @@ def issues_delivery(
         "action": action,
         "issue": issue,
         "repository": {"full_name": repository},
-        "sender": {"login": login, "id": sum(map(ord, login)) * 7919},
+        "sender": {"login": login, "id": github_user_id(login)},
     }
 
 
@@ -162,11 +169,12 @@ def comment_delivery(
     login: str,
     updated_at: str = "2026-01-01T00:00:00Z",
     pull_request: bool = False,
+    user_id: int | None = None,
 ) -> dict[str, Any]:
     issue: dict[str, Any] = {"number": number, "title": "t", "labels": [], "user": {"login": login}}
     if pull_request:
         issue["pull_request"] = {"url": "https://api.github.com/repos/x/y/pulls/1"}
-    user = {"login": login, "id": sum(map(ord, login)) * 7919}
+    user = {"login": login, "id": github_user_id(login) if user_id is None else user_id}
     return {
         "action": action,
         "issue": issue,

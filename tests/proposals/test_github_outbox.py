@@ -12,10 +12,10 @@ from django.utils import timezone
 
 from marin_site.doors import Door
 from proposals import services
-from proposals.github import outbox
 from proposals.github.body import END, START
 from proposals.github.fake import FakeGitHub
-from proposals.github.outbox import outbox_drain
+from proposals.github.outbox import drain as outbox_drain_module
+from proposals.github.outbox.drain import outbox_drain
 from proposals.models import Comment, GitHubOutbox, OutboxState, Proposal, State
 from tests.concurrency import started
 from tests.factories import ProposalFactory, UserFactory
@@ -257,7 +257,7 @@ def test_two_drains_of_one_proposal_never_send_a_write_twice(
     github_on.fail("lost", times=1, methods={"POST"})
 
     b_has_read, a_is_done = threading.Event(), threading.Event()
-    next_row = outbox._next_row
+    next_row = outbox_drain_module._next_row
 
     def next_row_then_wait(proposal_id: int) -> Any:
         row = next_row(proposal_id)
@@ -266,7 +266,7 @@ def test_two_drains_of_one_proposal_never_send_a_write_twice(
             assert a_is_done.wait(30)
         return row
 
-    monkeypatch.setattr(outbox, "_next_row", next_row_then_wait)
+    monkeypatch.setattr(outbox_drain_module, "_next_row", next_row_then_wait)
     drain_b = started(lambda: outbox_drain(proposal_id=proposal.pk), "drain B")
     assert b_has_read.wait(30)
     drain_a = started(lambda: outbox_drain(proposal_id=proposal.pk), "drain A")
@@ -321,7 +321,7 @@ def test_a_permanent_failure_stays_visible_and_can_be_retried_by_a_maintainer(
 def test_the_same_cause_enqueued_twice_is_one_row(
     github_on: FakeGitHub, contributor: Any, recipe: Any
 ) -> None:
-    from proposals.github.outbox import outbox_comment_enqueue
+    from proposals.github.outbox.enqueue import outbox_comment_enqueue
 
     proposal = _submitted(contributor, recipe)
     first = outbox_comment_enqueue(proposal=proposal, key="result:1", body="done")
@@ -429,7 +429,7 @@ def test_the_reconciler_sends_due_writes_whose_nudge_was_lost(
 ) -> None:
     from marin_site.celery import app as celery_app
     from proposals import tasks
-    from proposals.github.outbox import outbox_due_proposals
+    from proposals.github.outbox.drain import outbox_due_proposals
 
     proposal = _submitted(contributor, recipe)  # on_commit never ran: the nudge is "lost"
     assert outbox_due_proposals() == [proposal.pk]

@@ -138,18 +138,20 @@ def test_the_delivery_is_processed_by_the_celery_task_after_commit(
 @pytest.fixture
 def nudges(webhook_settings: Any, settings: Any, monkeypatch: Any) -> list[int]:
     """A shared cache (as with Redis in production); each drain message sent is recorded."""
-    from proposals import tasks
+    from proposals.github import deliveries
 
     settings.SHARED_CACHE = True
     sent: list[int] = []
-    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1))
+    monkeypatch.setattr(
+        deliveries.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1)
+    )
     return sent
 
 
 def test_a_burst_of_deliveries_costs_one_nudge_with_a_shared_cache(
     nudges: list[int], client: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
-    from proposals import tasks
+    from proposals.github import deliveries
 
     sent = nudges
     with django_capture_on_commit_callbacks(execute=True):
@@ -157,20 +159,20 @@ def test_a_burst_of_deliveries_costs_one_nudge_with_a_shared_cache(
             assert post_delivery(client, "ping", {"zen": f"z{n}"}).status_code == 202
     assert len(sent) == 1
 
-    assert tasks.github_deliveries_drain() == 5  # what the worker runs: all five, oldest first
+    assert deliveries.github_deliveries_drain() == 5  # what the worker runs: all five, oldest first
     assert not WebhookDelivery.objects.filter(outcome="pending").exists()
     assert len(sent) == 2  # it found work, so it comes back shortly and holds the flag
     with django_capture_on_commit_callbacks(execute=True):
         post_delivery(client, "ping", {"zen": "while-draining"})
     assert len(sent) == 2  # no message: the drain coming back will find it
-    assert tasks.github_deliveries_drain() == 1
+    assert deliveries.github_deliveries_drain() == 1
     assert len(sent) == 3
-    assert tasks.github_deliveries_drain() == 0  # nothing new: it lets go of the flag
+    assert deliveries.github_deliveries_drain() == 0  # nothing new: it lets go of the flag
     assert len(sent) == 3
     with django_capture_on_commit_callbacks(execute=True):
         post_delivery(client, "ping", {"zen": "late"})
     assert len(sent) == 4  # the next delivery nudges on its own
-    assert tasks.github_deliveries_drain() == 1
+    assert deliveries.github_deliveries_drain() == 1
 
 
 def test_a_delivery_stored_while_the_drain_lets_go_is_not_left_behind(
@@ -179,23 +181,23 @@ def test_a_delivery_stored_while_the_drain_lets_go_is_not_left_behind(
     """The race the last look closes: stored (its nudge refused) just before the flag goes."""
     from django.core.cache import cache
 
-    from proposals.github import services
+    from proposals.github import deliveries
 
-    real_drain_pending = services._drain_pending
+    real_drain_pending = deliveries._drain_pending
     passes: list[int] = []
 
     def drain_pending(batch: int) -> int:
         done = real_drain_pending(batch)
         passes.append(done)
         if len(passes) == 1:  # between the empty pass and letting go of the flag
-            assert cache.get(services.DRAIN_NUDGED)
+            assert cache.get(deliveries.DRAIN_NUDGED)
             with django_capture_on_commit_callbacks(execute=True):
                 post_delivery(client, "ping", {"zen": "just-in-time"})
         return done
 
-    monkeypatch.setattr(services, "_drain_pending", drain_pending)
-    cache.set(services.DRAIN_NUDGED, 1)
-    assert services.deliveries_drain() == (1, False)
+    monkeypatch.setattr(deliveries, "_drain_pending", drain_pending)
+    cache.set(deliveries.DRAIN_NUDGED, 1)
+    assert deliveries.deliveries_drain() == (1, False)
     assert passes == [0, 1]
     assert not WebhookDelivery.objects.filter(outcome="pending").exists()
 
@@ -206,11 +208,11 @@ def test_a_process_that_just_saw_the_flag_held_does_not_ask_again(
     """The nudge memo skips Redis, and the drain's last look still finds what it skipped."""
     from django.core.cache import cache
 
-    from proposals.github import services
+    from proposals.github import deliveries
 
-    monkeypatch.setattr(services, "DRAIN_NUDGE_MEMO_SECONDS", 30.0)  # no race with the clock
+    monkeypatch.setattr(deliveries, "DRAIN_NUDGE_MEMO_SECONDS", 30.0)  # no race with the clock
     sent = nudges
-    cache.set(services.DRAIN_NUDGED, 1)  # a drain holds the flag
+    cache.set(deliveries.DRAIN_NUDGED, 1)  # a drain holds the flag
     adds: list[str] = []
     real_add = cache.add
 
@@ -222,8 +224,8 @@ def test_a_process_that_just_saw_the_flag_held_does_not_ask_again(
     with django_capture_on_commit_callbacks(execute=True):
         post_delivery(client, "ping", {"zen": "first"})  # asks, finds it held
         post_delivery(client, "ping", {"zen": "second"})  # does not ask again
-    assert (adds, sent) == ([services.DRAIN_NUDGED], [])
-    assert services.deliveries_drain() == (2, True)
+    assert (adds, sent) == ([deliveries.DRAIN_NUDGED], [])
+    assert deliveries.deliveries_drain() == (2, True)
 
     waits: list[float] = []
 
@@ -234,12 +236,12 @@ def test_a_process_that_just_saw_the_flag_held_does_not_ask_again(
             post_delivery(client, "ping", {"zen": "during-the-wait"})
         waits.append(seconds)
 
-    cache.set(services.DRAIN_NUDGED, 1)
+    cache.set(deliveries.DRAIN_NUDGED, 1)
     with django_capture_on_commit_callbacks(execute=True):
         post_delivery(client, "ping", {"zen": "third"})  # seen held again, just now
-    assert services.deliveries_drain() == (1, True)
-    monkeypatch.setattr(services.time, "sleep", sleep_while_a_delivery_arrives)
-    assert services.deliveries_drain() == (1, False)
+    assert deliveries.deliveries_drain() == (1, True)
+    monkeypatch.setattr(deliveries.time, "sleep", sleep_while_a_delivery_arrives)
+    assert deliveries.deliveries_drain() == (1, False)
     assert (sent, waits) == ([], [30.0])  # it waited out the memo, then looked
     assert not WebhookDelivery.objects.filter(outcome="pending").exists()
 
@@ -251,11 +253,13 @@ def test_without_a_shared_cache_every_delivery_nudges(
     monkeypatch: Any,
     django_capture_on_commit_callbacks: Any,
 ) -> None:
-    from proposals import tasks
+    from proposals.github import deliveries
 
     settings.SHARED_CACHE = False
     sent: list[int] = []
-    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1))
+    monkeypatch.setattr(
+        deliveries.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1)
+    )
     with django_capture_on_commit_callbacks(execute=True):
         for n in range(3):
             post_delivery(client, "ping", {"zen": f"z{n}"})
@@ -275,24 +279,23 @@ def test_a_failed_nudge_leaves_the_broker_alone_for_a_while_then_tries_again(
 
     from django.core.cache import cache
 
-    from proposals import tasks
-    from proposals.github import services
+    from proposals.github import deliveries
 
     settings.SHARED_CACHE = True
     cache.clear()
-    monkeypatch.setattr(services, "NUDGE_RETRY_SECONDS", 0.3)
+    monkeypatch.setattr(deliveries, "NUDGE_RETRY_SECONDS", 0.3)
     calls: list[int] = []
 
     def broker_down(**kwargs: Any) -> None:
         calls.append(1)
         raise ConnectionError("broker down")
 
-    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", broker_down)
+    monkeypatch.setattr(deliveries.github_deliveries_drain, "apply_async", broker_down)
     with django_capture_on_commit_callbacks(execute=True):
         assert post_delivery(client, "ping", {"zen": "a"}).status_code == 202
         assert post_delivery(client, "ping", {"zen": "b"}).status_code == 202
     assert len(calls) == 1  # the second did not wait for the broker again
-    assert cache.get(services.DRAIN_NUDGED) is None  # other processes may still nudge
+    assert cache.get(deliveries.DRAIN_NUDGED) is None  # other processes may still nudge
     time.sleep(0.35)
     with django_capture_on_commit_callbacks(execute=True):
         assert post_delivery(client, "ping", {"zen": "c"}).status_code == 202
@@ -559,14 +562,14 @@ def test_a_body_that_cannot_be_stored_as_json_gets_400(
 def test_the_drain_works_in_batches_oldest_first_and_a_failure_stays_its_own(
     webhook_settings: Any, client: Any, monkeypatch: Any
 ) -> None:
-    from proposals.github import services
+    from proposals.github import deliveries
 
     for n in range(7):
         issue = issue_payload(number=900 + n, title=f"t{n}", body="b")
         post_delivery(client, "issues", issues_delivery("edited", issue), delivery_id=f"b-{n}")
         post_delivery(client, "ping", {"zen": f"z{n}"}, delivery_id=f"p-{n}")  # no savepoint
     seen: list[int] = []
-    real_dispatch = services._dispatch
+    real_dispatch = deliveries._dispatch
 
     def dispatch(event: str, action: str, payload: dict[str, Any]) -> Any:
         seen.append(payload["issue"]["number"])
@@ -575,8 +578,8 @@ def test_the_drain_works_in_batches_oldest_first_and_a_failure_stays_its_own(
             raise RuntimeError("boom")
         return real_dispatch(event, action, payload)
 
-    monkeypatch.setattr(services, "_dispatch", dispatch)
-    assert services.deliveries_drain(batch=3) == (14, False)
+    monkeypatch.setattr(deliveries, "_dispatch", dispatch)
+    assert deliveries.deliveries_drain(batch=3) == (14, False)
     assert seen == [900 + n for n in range(7)]
     outcomes = dict(WebhookDelivery.objects.values_list("delivery_id", "outcome"))
     assert outcomes.pop("b-3") == "failed"
@@ -584,7 +587,7 @@ def test_the_drain_works_in_batches_oldest_first_and_a_failure_stays_its_own(
     assert set(outcomes.values()) == {"ignored"}  # not experiment issues
     assert WebhookDelivery.objects.get(delivery_id="b-3").detail == "RuntimeError: boom"
     assert not User.objects.filter(username="half-done").exists()
-    assert services.deliveries_drain() == (0, False)  # processed once
+    assert deliveries.deliveries_drain() == (0, False)  # processed once
 
 
 def _drain_queries(count: int, client: Any) -> list[str]:
@@ -592,7 +595,7 @@ def _drain_queries(count: int, client: Any) -> list[str]:
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    from proposals.github import services
+    from proposals.github import deliveries
 
     for n in range(count):
         number = 5000 + n
@@ -603,7 +606,7 @@ def _drain_queries(count: int, client: Any) -> list[str]:
             issue = issue_payload(number=number, title="t", body="b", labels=["bug"])
             post_delivery(client, "issues", issues_delivery("opened", issue), delivery_id=f"i-{n}")
     with CaptureQueriesContext(connection) as captured:
-        assert services.deliveries_drain(batch=50) == (count, False)
+        assert deliveries.deliveries_drain(batch=50) == (count, False)
     assert set(WebhookDelivery.objects.values_list("outcome", flat=True)) == {"ignored"}
     return [query["sql"] for query in captured.captured_queries]
 
@@ -611,7 +614,7 @@ def _drain_queries(count: int, client: Any) -> list[str]:
 def test_unlinked_deliveries_cost_one_lookup_a_chunk_not_queries_each(
     webhook_settings: Any, client: Any
 ) -> None:
-    from proposals.github.services import DRAIN_CHUNK
+    from proposals.github.deliveries import DRAIN_CHUNK
 
     few = _drain_queries(DRAIN_CHUNK, client)
     WebhookDelivery.objects.all().delete()
@@ -643,9 +646,12 @@ def test_the_reconciler_drains_deliveries_a_lost_nudge_left_behind(
     from django.utils import timezone
 
     from proposals import tasks
+    from proposals.github import deliveries
 
     sent: list[int] = []
-    monkeypatch.setattr(tasks.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1))
+    monkeypatch.setattr(
+        deliveries.github_deliveries_drain, "apply_async", lambda **kw: sent.append(1)
+    )
     post_delivery(client, "ping", {"zen": "fresh"})
     tasks.github_outbox_reconcile()
     assert sent == []  # a minute's grace: its own nudge is still on the way

@@ -9,7 +9,7 @@ import pytest
 from marin_site.doors import Door
 from proposals import services
 from proposals.github.commands import Command, command_run
-from proposals.github.outbox import render_block, render_status
+from proposals.github.outbox.render import render_block, render_status
 from proposals.models import Proposal, State
 from proposals.selectors import (
     proposal_status_text,

@@ -1,0 +1,35 @@
+"""What proposals/ does when something happens elsewhere: receivers, in one place.
+
+Every receiver of the app is a ``@receiver``-decorated function in a ``receivers`` module
+(this one, and ``github/receivers.py`` for the GitHub sync), connected when
+``ProposalsConfig.ready()`` imports them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.dispatch import receiver
+
+from marin_site.pagecache import PAGE_SIGNALS, generation_bump
+from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
+from proposals.services import proposal_plans_reconcile
+from runs.signals import reconcile_pass
+
+
+@receiver(PAGE_SIGNALS, sender=Proposal, dispatch_uid="pagecache:proposals.Proposal")
+@receiver(PAGE_SIGNALS, sender=Proposal.labels.through, dispatch_uid="pagecache:proposals.labels")
+@receiver(PAGE_SIGNALS, sender=Review, dispatch_uid="pagecache:proposals.Review")
+@receiver(PAGE_SIGNALS, sender=Comment, dispatch_uid="pagecache:proposals.Comment")
+@receiver(PAGE_SIGNALS, sender=Amendment, dispatch_uid="pagecache:proposals.Amendment")
+@receiver(PAGE_SIGNALS, sender=Event, dispatch_uid="pagecache:proposals.Event")
+@receiver(PAGE_SIGNALS, sender=Label, dispatch_uid="pagecache:proposals.Label")
+def on_page_row_changed(sender: Any, **kwargs: Any) -> None:
+    """A row the public pages show was written: every cached page is stale."""
+    generation_bump()
+
+
+@receiver(reconcile_pass, dispatch_uid="proposals.plans_reconcile")
+def on_reconcile_pass(sender: Any, **kwargs: Any) -> dict[str, int]:
+    """Each pass of the run reconciler also makes good the plan hand-offs that never happened."""
+    return proposal_plans_reconcile()
