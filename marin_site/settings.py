@@ -14,8 +14,10 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("MARIN_VAR_DIR", BASE_DIR / "var"))
-VAR_DIR.mkdir(parents=True, exist_ok=True)  # the SQLite file and the filesystem broker live here
+# Everything the site writes on its machine (the SQLite file, the filesystem broker's folders,
+# beat's schedule, runs' working directories) lives here, never in the working directory.
+VAR_DIR = Path(os.environ.get("MARIN_VAR_DIR", BASE_DIR / "var")).expanduser().resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
 
 
 def env_bool(name: str, default: bool) -> bool:
@@ -41,7 +43,7 @@ CSRF_TRUSTED_ORIGINS = env_list("CSRF_TRUSTED_ORIGINS")
 SITE_URL = os.environ.get("SITE_URL", "http://127.0.0.1:8000").rstrip("/")
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "marin_site.apps.SiteAdminConfig",  # django.contrib.admin with the site's admin site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -98,11 +100,10 @@ TEMPLATES = [
     },
 ]
 
-# Database: DATABASE_URL, or a SQLite file under var/ for one machine.
+# Database: DATABASE_URL, or (unset or empty) a SQLite file under var/ for one machine.
 DATABASES = {
-    "default": dj_database_url.config(
-        env="DATABASE_URL",
-        default=f"sqlite:///{VAR_DIR / 'marin-site.sqlite3'}",
+    "default": dj_database_url.parse(
+        os.environ.get("DATABASE_URL") or f"sqlite:///{VAR_DIR / 'marin-site.sqlite3'}",
         conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
     )
 }
@@ -206,7 +207,8 @@ PAGE_CACHE_VIEWS = frozenset(
     }
 )
 
-# Celery: Redis in production; a filesystem broker (no server) by default.
+# Celery: Redis in production; a filesystem broker (no server) by default. Kombu's folders
+# default to paths relative to the working directory (control/ beside the code): name them all.
 BROKER_DIR = VAR_DIR / "broker"
 CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", "filesystem://localhost/")
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
@@ -218,6 +220,7 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
     }
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")  # not ./celerybeat-schedule
 CELERY_BROKER_CONNECTION_TIMEOUT = 3
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_ALWAYS_EAGER = env_bool("CELERY_TASK_ALWAYS_EAGER", default=False)

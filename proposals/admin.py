@@ -6,6 +6,7 @@ from django.http import HttpRequest
 
 from marin_site.admin import RecordedAdmin, TimelineAdmin
 from marin_site.doors import Door
+from proposals import permissions as perms
 from proposals.github.outbox.enqueue import outbox_retry
 from proposals.models import (
     Amendment,
@@ -57,6 +58,15 @@ class ProposalAdmin(ProposalRecordedAdmin):
     inlines = [ReviewInline]
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
+    # "proposals.add_proposal" and "change_proposal" are the site's rules (any contributor
+    # proposes; the author or a maintainer edits, through the services and their transitions).
+    # The admin's raw form would bypass both: superusers only; maintainers read here.
+    def has_add_permission(self, request: Any) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_change_permission(self, request: Any, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)
+
 
 @admin.register(Review)
 class ReviewAdmin(ProposalRecordedAdmin):
@@ -103,10 +113,13 @@ class GitHubOutboxAdmin(admin.ModelAdmin):
     raw_id_fields = ["proposal"]
     actions = ["retry"]
 
-    @admin.action(description="Retry the selected failed writes")
+    @admin.action(description="Retry the selected failed writes", permissions=["manage_sync"])
     def retry(self, request: Any, queryset: Any) -> None:
         for row in queryset.filter(state=OutboxState.FAILED):
             outbox_retry(row_id=row.pk)
+
+    def has_manage_sync_permission(self, request: Any) -> bool:
+        return bool(request.user.has_perm(perms.MANAGE_GITHUB_SYNC))
 
 
 @admin.register(WebhookDelivery)

@@ -55,3 +55,11 @@ rules.add_perm(COMMENT, is_contributor)
 rules.add_perm(VIEW_REVIEW_QUEUE, is_reviewer)
 rules.add_perm(HOLD, is_maintainer)
 rules.add_perm(MANAGE_GITHUB_SYNC, is_maintainer)
+
+# The admin asks Django's permission names (marin_site/admin.py): maintainers open it for the
+# GitHub sync they manage (the outbox, whose failed writes they retry, and the deliveries).
+# "proposals.view_proposal", "add_proposal" and "change_proposal" are the site's own rules
+# above; proposals/admin.py keeps the raw proposal form for superusers.
+rules.add_perm("proposals", is_maintainer)
+rules.add_perm("proposals.view_githuboutbox", is_maintainer)
+rules.add_perm("proposals.view_webhookdelivery", is_maintainer)

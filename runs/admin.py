@@ -1,6 +1,9 @@
 from typing import Any
 
+from django import forms
 from django.contrib import admin
+from django.contrib.auth.models import User
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.http import HttpRequest
 
@@ -20,16 +23,42 @@ from runs.models import (
     TrackerImportChunk,
 )
 from runs.queue import run_event_record
-from runs.services import recipe_event_record
+from runs.services import RECIPE_FIELDS, recipe_event_record, recipe_validate
+
+
+class RecipeAdminForm(forms.ModelForm):
+    """The admin's recipe form checks what the site's form and the API check (recipe_validate)."""
+
+    class Meta:
+        model = Recipe
+        fields = list(RECIPE_FIELDS)
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        try:
+            recipe_validate(data={field: cleaned.get(field) for field in RECIPE_FIELDS})
+        except ValidationError as exc:
+            for field, messages in exc.message_dict.items():
+                self.add_error(field if field in self.fields else None, messages)
+        return cleaned
 
 
 @admin.register(Recipe)
 class RecipeAdmin(RecordedAdmin):
-    """Admin edits of a recipe go in its history, as edits on the site do."""
+    """Maintainers add and edit recipes here too: the form checks what the recipe services
+    check, and the edits go in the recipe's history, as edits on the site do."""
 
-    list_display = ["name", "version", "title", "is_active", "created_at"]
-    list_filter = ["is_active"]
+    form = RecipeAdminForm
+    list_display = ["name", "version", "title", "executor", "is_active", "created_at"]
+    list_filter = ["is_active", "executor"]
     search_fields = ["name", "title"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change and isinstance(request.user, User):
+            obj.created_by = request.user
+        super().save_model(request, obj, form, change)
 
     def admin_event_record(
         self, *, request: HttpRequest, obj: Any, verb: str, message: str

@@ -37,3 +37,23 @@ rules.add_perm(RERUN_RUN, is_maintainer)
 rules.add_perm(RETRY_RUN, is_maintainer)
 rules.add_perm(IMPORT_METRICS, is_maintainer)
 rules.add_perm(MANAGE_RECIPES, is_maintainer)
+
+# The admin asks Django's permission names (marin_site/admin.py): maintainers open it for the
+# recipes they manage (added and edited with the recipe services' validation, recorded in the
+# recipe's history) and read the plans, runs and timelines there. Nothing is deleted from the
+# admin but by a superuser.
+rules.add_perm("runs", is_maintainer)
+rules.add_perm("runs.add_recipe", is_maintainer)
+rules.add_perm("runs.change_recipe", is_maintainer)
+for _model in (
+    "recipe",
+    "recipeevent",
+    "plan",
+    "planentry",
+    "planlaunch",
+    "run",
+    "runevent",
+    "metricsummary",
+    "metricseries",
+):
+    rules.add_perm(f"runs.view_{_model}", is_maintainer)

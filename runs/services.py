@@ -153,6 +153,26 @@ def recipe_update(
     return recipe
 
 
+@transaction.atomic
+def recipe_load(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> tuple[Recipe, str]:
+    """Make the recipe ``data`` names (by name and version) be ``data``: a recipe file's fields,
+    those it leaves out at their defaults. Says what it did: ``created``, ``updated`` or
+    ``unchanged``; loading the same data twice changes nothing."""
+    defaults = {field.name: field.get_default() for field in Recipe._meta.concrete_fields}
+    wanted = {field: data.get(field, defaults[field]) for field in RECIPE_FIELDS}
+    recipe_validate(data=wanted)
+    recipe = (
+        Recipe.objects.select_for_update()
+        .filter(name=wanted["name"], version=wanted["version"])
+        .first()
+    )
+    if recipe is None:
+        return recipe_create(actor=actor, data=wanted), "created"
+    if all(getattr(recipe, field) == wanted[field] for field in RECIPE_FIELDS):
+        return recipe, "unchanged"
+    return recipe_update(recipe=recipe, data=wanted), "updated"
+
+
 def plan_build(
     *,
     recipe: Recipe | RecipeSpec,

@@ -2,12 +2,44 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
 from tests.factories import ProposalFactory, RecipeFactory, UserFactory
+
+# The parts that behave differently on SQLite (the embedded default) and PostgreSQL: bin/test
+# runs them on SQLite too (`pytest -m sqlite`) after the whole suite on PostgreSQL. A module
+# joins here; a single test elsewhere joins with @pytest.mark.sqlite.
+SQLITE_TOO = (
+    "tests/proposals/test_services.py",  # transitions: row locks, transactions, savepoints
+    "tests/runs/test_services.py",
+    "tests/runs/test_load_recipes.py",  # all or nothing across savepoints
+    "tests/proposals/test_seed_demo.py",  # every service of a proposal's life, end to end
+    "tests/runs/test_runs_dispatch.py",  # the queue: locks, concurrency limits, the reconciler
+    "tests/runs/test_runs_end_to_end.py",  # a real worker's threads against the database
+    "tests/runs/test_runs_chaos.py",  # worker SIGKILLed, Redis restarted
+    "tests/runs/test_runs_results.py",
+    "tests/runs/test_metrics_api.py",  # ingest: upserts, NaN, binary arrays on PostgreSQL only
+    "tests/runs/test_series.py",  # chart rollups: SQL on PostgreSQL, Python elsewhere
+    "tests/proposals/test_search.py",  # full-text search on PostgreSQL, its fallback elsewhere
+    "tests/proposals/test_archive_export.py",
+    "tests/proposals/test_github_webhooks.py",  # the delivery store: ON CONFLICT, NUL, batches
+    "tests/proposals/test_github_outbox.py",  # the outbox: ordering, locks, retries
+    "tests/proposals/test_github_results.py",  # threads writing results and comments at once
+    "tests/marin_site/test_db.py",  # the PostgreSQL statements and their portable fallbacks
+    "tests/marin_site/test_hostile_input.py",  # NUL, surrogates, integers past 64 bits stored
+    "tests/runs/test_steady.py",  # the steady-state median: SQL on PostgreSQL, numpy elsewhere
+)
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if str(item.path.relative_to(ROOT)) in SQLITE_TOO:
+            item.add_marker(pytest.mark.sqlite)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ Ray has no time limit of its own: the reconciler stops a run that outlives its l
 
 from __future__ import annotations
 
+import importlib.util
 import shlex
 import sys
 from typing import Any
@@ -33,13 +34,17 @@ class RayExecutor:
         self.address = address or settings.RAY_ADDRESS
 
     def unavailable(self) -> str:
-        return "" if self.address else "no Ray cluster is set up on this site (RAY_ADDRESS)"
+        if not self.address:
+            return "no Ray cluster is set up on this site (RAY_ADDRESS)"
+        if importlib.util.find_spec("ray") is None:  # bin/run installs the site without it
+            return "Ray's client is not installed on this site (pip install -e '.[ray]')"
+        return ""
 
     def _client(self) -> Any:
-        from ray.job_submission import JobSubmissionClient
-
         if reason := self.unavailable():  # Ray would look for a cluster on this machine itself
             raise ExecutorError(reason)
+        from ray.job_submission import JobSubmissionClient
+
         try:
             return JobSubmissionClient(self.address)
         except (ConnectionError, RuntimeError, ValueError) as exc:

@@ -25,7 +25,7 @@ from proposals.models import GitHubOutbox, OutboxState, WebhookDelivery
 
 SECRET = "webhook-test-secret"
 BOT = "marin-site-bot"
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"  # ../shared/fixtures
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"  # tests/fixtures (README.md there)
 WEBHOOKS = FIXTURES / "github" / "webhooks"
 MARIN_ISSUES = FIXTURES / "marin-issues"
 

@@ -1,4 +1,4 @@
-"""Issues become proposals: Marin's real issue layouts, missing sections, the edit rule."""
+"""Issues become proposals: Marin-style issue layouts, missing sections, the edit rule."""
 
 from __future__ import annotations
 
@@ -68,6 +68,7 @@ def test_marin_issue_becomes_the_proposal_a_reader_would_write(
         return
     assert proposal is not None
     assert proposal.title == expected["title"]
+    assert proposal.summary == expected["summary"]
     assert (
         SocialAccount.objects.get(user=proposal.author).extra_data["login"]
         == source["author_login"]
@@ -81,6 +82,7 @@ def test_marin_issue_becomes_the_proposal_a_reader_would_write(
             assert getattr(proposal, field) == "" or key == "description_contains"
         else:
             assert expected[key] in getattr(proposal, field)
+    assert len(proposal.results) >= expected.get("results_min_length", 0)
     links = [
         url
         for url in (proposal.wandb_url, proposal.data_browser_url, proposal.experiment_json_url)
@@ -89,8 +91,8 @@ def test_marin_issue_becomes_the_proposal_a_reader_would_write(
     assert links == expected["links"]
     assert (proposal.submitter_name or None) == expected["author_name"]
     assert (proposal.submitter_affiliation or None) == expected["affiliation"]
+    assert (proposal.branch or None) == expected["branch"]
     assert proposal.comments.count() == expected["comment_count"]
-    assert proposal.summary
     # Marin's issues carry no success criteria: a draft, and a comment says what is missing.
     assert proposal.state == State.DRAFT
     missing = GitHubOutbox.objects.get(idempotency_key=f"comment:missing:{proposal.pk}")

@@ -511,6 +511,9 @@ def test_real_opened_payloads_labelled_experiment_become_proposals(
     assert proposal.author.username == payload["issue"]["user"]["login"]
 
 
+@pytest.mark.skipif(
+    connection.vendor != "postgresql", reason="the PostgreSQL statement (test_db.py: fallback)"
+)
 def test_acknowledging_a_delivery_is_one_statement(
     webhook_settings: Any, client: Any, django_assert_num_queries: Any
 ) -> None:

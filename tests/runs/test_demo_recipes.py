@@ -12,7 +12,7 @@ from django.conf import settings
 
 from runs import steady
 from runs.compute import run_cost, validate_compute_model
-from runs.demo_recipes import TINY_MOE, TINY_TOKENS_PER_PARAM
+from runs.demo_recipes import TINY_MOE, TINY_TOKENS_PER_PARAM, ladder_scale
 from runs.ladder import MIN_R_SQUARED, LadderPoint, LadderVariant, ladder_build
 from runs.metric_declarations import declarations_parse, declarations_validate
 
@@ -44,6 +44,14 @@ def test_tiny_scales_train_on_the_same_tokens_per_parameter() -> None:
         assert cost.tokens / cost.active_params == pytest.approx(TINY_TOKENS_PER_PARAM, rel=0.02)
     flops = [cost.flops for cost in costs]
     assert flops[-1] / flops[0] == pytest.approx((params[-1] / params[0]) ** 2, rel=0.05)
+
+
+def test_tiny_recipe_files_steps_are_the_ladders_at_its_tokens_per_parameter() -> None:
+    """The steps written in runs/recipes/tiny-moe.yaml are what ladder_scale computes."""
+    for name, scale in TINY_MOE["scales"].items():
+        sizes = {key: scale[key] for key in ("width", "depth")}
+        expected = ladder_scale(TINY_MOE, tokens_per_param=TINY_TOKENS_PER_PARAM, **sizes)
+        assert scale == expected, name
 
 
 def test_tiny_recipe_declares_a_valid_warm_up_once() -> None:

@@ -152,6 +152,16 @@ def test_without_ray_address_the_executor_looks_for_no_cluster(settings: Any) ->
             call()
 
 
+def test_without_ray_installed_the_executor_says_so(settings: Any, monkeypatch: Any) -> None:
+    """bin/run installs the site without Ray (the `ray` extra)."""
+    settings.RAY_ADDRESS = "http://127.0.0.1:8265"
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if it were not installed
+    executor = RayExecutor()
+    assert "Ray's client is not installed" in executor.unavailable()
+    with pytest.raises(ExecutorError, match=r"Ray's client is not installed"):
+        executor.poll("job-1")
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("eager_tasks")
 def test_tiny_recipe_runs_on_ray_and_a_job_stopped_behind_our_back_crashes(

@@ -102,3 +102,17 @@ def test_refused_config_exits_with_2(tmp_path: Path, bad: dict[str, Any]) -> Non
     assert (
         tiny_moe.main(["--config", str(tmp_path / "config.json"), "--output", str(tmp_path)]) == 2
     )
+
+
+def test_the_trainer_imports_numpy_and_the_standard_library_only() -> None:
+    """A Ray cluster's Python (RUNS_RAY_PYTHON) needs numpy, not the site's dependencies."""
+    check = "import sys, runs.tiny_moe; print(sorted({'yaml', 'django'} & set(sys.modules)))"
+    result = subprocess.run(  # noqa: S603  (our own interpreter and code)
+        [sys.executable, "-c", check],
+        cwd=settings.BASE_DIR,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert result.stdout.strip() == "[]"

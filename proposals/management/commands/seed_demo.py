@@ -1,16 +1,19 @@
 """Fill an empty site with demo accounts, recipes and a dozen proposals in every state.
 
 Everything goes through the services, so the demo timeline reads like a real one.
-Running it again changes nothing.
+Running it again changes nothing. The recipes are the project's reviewed files
+(``runs/recipes/``, as ``load_recipes`` registers them). The accounts have a known password,
+so the command refuses to run with DEBUG off: production never gets them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Group
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from marin_site.doors import Door
@@ -184,6 +187,12 @@ class Command(BaseCommand):
 
     @transaction.atomic
     def handle(self, *args: Any, **options: Any) -> None:
+        if not settings.DEBUG:
+            raise CommandError(
+                f"seed_demo creates demo accounts with a known password ('{DEMO_PASSWORD}'), so "
+                "it runs only with DEBUG=1. On a production site register recipes with "
+                "`manage.py load_recipes` (README, Production)."
+            )
         user_model = get_user_model()
         groups = {name: Group.objects.get_or_create(name=name)[0] for name in ROLES}
         users = {}
