@@ -51,6 +51,7 @@ REFUSALS: dict[str, tuple[str, str]] = {
     "406": ("Refusal", "None of the media types in `Accept` can be written here."),
     "409": ("TransitionRefusal", "Not in a state this action may start from."),
     "413": ("Refusal", "The request body is over the size limit."),
+    "415": ("Refusal", "The body's `Content-Type` is not one this accepts (JSON, a form)."),
     "429": ("Refusal", "Too many requests; `Retry-After` says when to come back."),
 }
 
@@ -59,7 +60,7 @@ def _refusals_for(path: str, method: str, operation: dict[str, Any]) -> list[str
     codes = ["401", "406"]  # a token that is not valid; an Accept header nothing matches
     has_query = any(p.get("in") == "query" for p in operation.get("parameters", []))
     if method in WRITE_METHODS:
-        codes += ["400", "403", "413", "429"]
+        codes += ["400", "403", "413", "415", "429"]
     elif has_query:
         codes.append("400")
     names = {p.get("name") for p in operation.get("parameters", [])}

@@ -4,10 +4,20 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from proposals.api import CommentViewSet, ProposalSearchView, ProposalViewSet, ReviewViewSet
+from runs.agent_api import (
+    AgentLeaseRenewView,
+    AgentLeaseReportView,
+    AgentPollView,
+    AgentRegisterView,
+    AgentRevokeView,
+    PoolViewSet,
+)
 from runs.api import (
     PlanPreviewView,
     PlanSeriesView,
     RecipeViewSet,
+    RunArtifactView,
+    RunConfigView,
     RunHeartbeatView,
     RunMetricsView,
     RunReportView,
@@ -24,6 +34,7 @@ router.register("reviews", ReviewViewSet, basename="review")
 router.register("comments", CommentViewSet, basename="comment")
 router.register("recipes", RecipeViewSet, basename="recipe")
 router.register("runs", RunViewSet, basename="run")
+router.register("pools", PoolViewSet, basename="pool")
 
 urlpatterns = [
     path("search/", ProposalSearchView.as_view(), name="proposal-search"),
@@ -34,6 +45,8 @@ urlpatterns = [
     path("runs/<int:pk>/heartbeat/", RunHeartbeatView.as_view(), name="run-heartbeat"),
     path("runs/<int:pk>/status/", RunStatusView.as_view(), name="run-status"),
     path("runs/<int:pk>/report/", RunReportView.as_view(), name="run-report"),
+    path("runs/<int:pk>/config/", RunConfigView.as_view(), name="run-config"),
+    path("runs/<int:pk>/artifacts/", RunArtifactView.as_view(), name="run-artifacts"),
     path(
         "runs/<int:pk>/tracker-metrics/", RunTrackerImportView.as_view(), name="run-tracker-metrics"
     ),
@@ -42,5 +55,13 @@ urlpatterns = [
         RunTrackerImportsView.as_view(),
         name="run-tracker-imports",
     ),
+    # The agents' door (runs/agent_api.py): the agent's own credential, no session.
+    path("agent/register/", AgentRegisterView.as_view(), name="agent-register"),
+    path("agent/poll/", AgentPollView.as_view(), name="agent-poll"),
+    path("agent/leases/<int:lease_id>/renew/", AgentLeaseRenewView.as_view(), name="agent-renew"),
+    path(
+        "agent/leases/<int:lease_id>/report/", AgentLeaseReportView.as_view(), name="agent-report"
+    ),
+    path("agents/<int:agent_id>/revoke/", AgentRevokeView.as_view(), name="agent-revoke"),
     *router.urls,
 ]

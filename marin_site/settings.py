@@ -119,6 +119,12 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # The site's queries are short; PostgreSQL's JIT compiles the ones it costs high (the
     # search's subqueries) for longer than they take to run.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
+    # A pool of this many connections per process (psycopg_pool), for a server whose threads
+    # each take a connection for one request and give it back (the agents' door, README):
+    # no connection is opened per request, and no more than this are ever open.
+    if pool_size := int(os.environ.get("DATABASE_POOL_SIZE", "0")):
+        DATABASES["default"]["OPTIONS"]["pool"] = {"min_size": 1, "max_size": pool_size}
+        DATABASES["default"]["CONN_MAX_AGE"] = 0  # Django's pool needs it so
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [
@@ -240,6 +246,8 @@ RUNS_PLAN_MAX_CONCURRENT = int(os.environ.get("RUNS_PLAN_MAX_CONCURRENT", "4"))
 RUNS_MAX_ATTEMPTS = int(os.environ.get("RUNS_MAX_ATTEMPTS", "3"))
 RUNS_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("RUNS_HEARTBEAT_TIMEOUT_SECONDS", "300"))
 RUNS_TIME_LIMIT_SECONDS = int(os.environ.get("RUNS_TIME_LIMIT_SECONDS", "3600"))
+# A run token stops working this long after its run's time limit has run out.
+RUNS_TOKEN_GRACE_SECONDS = int(os.environ.get("RUNS_TOKEN_GRACE_SECONDS", str(24 * 3600)))
 RUNS_LOCAL_GRACE_SECONDS = float(os.environ.get("RUNS_LOCAL_GRACE_SECONDS", "10"))
 RUNS_WORK_DIR = Path(os.environ.get("RUNS_WORK_DIR", VAR_DIR / "runs"))
 RUNS_API_URL = os.environ.get("RUNS_API_URL", f"{SITE_URL}/api/v1/")
@@ -249,6 +257,21 @@ RUNS_METRICS_RATE_PER_MINUTE = int(os.environ.get("RUNS_METRICS_RATE_PER_MINUTE"
 RUNS_RECONCILE_SECONDS = float(os.environ.get("RUNS_RECONCILE_SECONDS", "30"))
 # Charts read downsampled series (runs/series.py), refreshed this long after metrics arrive.
 RUNS_SERIES_REFRESH_SECONDS = int(os.environ.get("RUNS_SERIES_REFRESH_SECONDS", "5"))
+# Pools and agents (runs/pools/): an agent's lease lasts this long unless renewed; a poll is
+# held at most RUNS_AGENT_POLL_SECONDS, looking at the database again at least every
+# RUNS_AGENT_RECHECK_SECONDS whatever the wake-ups say.
+RUNS_AGENT_LEASE_SECONDS = int(os.environ.get("RUNS_AGENT_LEASE_SECONDS", "60"))
+RUNS_AGENT_POLL_SECONDS = float(os.environ.get("RUNS_AGENT_POLL_SECONDS", "25"))
+RUNS_AGENT_RECHECK_SECONDS = float(os.environ.get("RUNS_AGENT_RECHECK_SECONDS", "5"))
+RUNS_AGENT_LOG_TAIL_BYTES = int(os.environ.get("RUNS_AGENT_LOG_TAIL_BYTES", "65536"))
+RUNS_AGENT_GRACE_SECONDS = float(os.environ.get("RUNS_AGENT_GRACE_SECONDS", "30"))
+# Agents' requests using the database at once, per server process (held polls use none).
+RUNS_AGENT_DB_SLOTS = int(os.environ.get("RUNS_AGENT_DB_SLOTS", "8"))
+# A claimed run (executed by hand) may stay silent this long before it is crashed.
+RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = int(
+    os.environ.get("RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS", "3600")
+)
+RUNS_REGISTRATION_TOKEN_DAYS = int(os.environ.get("RUNS_REGISTRATION_TOKEN_DAYS", "7"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")  # unset: runs for `ray` wait in the queue
 RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
 # tracker_metrics.jsonl uploads (runs/tracker_import.py): streamed, never held in memory.

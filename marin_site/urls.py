@@ -4,6 +4,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitVie
 
 from marin_site import views
 from runs import views as run_views
+from runs.pools.urls import file_urlpatterns as agent_file_urlpatterns
 from runs.urls import result_urlpatterns
 
 urlpatterns = [
@@ -14,6 +15,10 @@ urlpatterns = [
     path("recipes/", include("runs.urls")),
     path("runs/<int:pk>/", run_views.run_detail, name="run-page"),
     path("runs/<int:pk>/import/", run_views.run_import, name="run-import"),
+    path("runs/<int:pk>/claim/", run_views.run_claim, name="run-claim"),
+    path("runs/<int:pk>/give-back/", run_views.run_give_back, name="run-give-back"),
+    path("pools/", include("runs.pools.urls")),
+    path("", include(agent_file_urlpatterns)),  # the agent program and the run client
     path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
     path("healthz", views.healthz, name="healthz"),
     path("accounts/", include("allauth.urls")),

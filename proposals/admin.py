@@ -13,6 +13,7 @@ from proposals.models import (
     Comment,
     Event,
     GitHubOutbox,
+    GitHubRoleGrant,
     Label,
     OutboxState,
     Proposal,
@@ -127,3 +128,12 @@ class WebhookDeliveryAdmin(admin.ModelAdmin):
     list_display = ["delivery_id", "event", "action", "outcome", "received_at", "processed_at"]
     list_filter = ["event", "outcome"]
     search_fields = ["delivery_id", "detail"]
+
+
+@admin.register(GitHubRoleGrant)
+class GitHubRoleGrantAdmin(TimelineAdmin):
+    """Kept by ``github_roles_sync`` from GITHUB_MAINTAINERS / GITHUB_REVIEWERS: shown, never
+    edited here (change the setting)."""
+
+    list_display = ["role", "login", "github_id", "checked_at"]
+    list_filter = ["role"]

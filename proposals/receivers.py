@@ -13,8 +13,8 @@ from django.dispatch import receiver
 
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
-from proposals.services import proposal_plans_reconcile
-from runs.signals import reconcile_pass
+from proposals.services import proposal_plan_owners, proposal_plans_reconcile
+from runs.signals import plan_owners, reconcile_pass
 
 
 @receiver(PAGE_SIGNALS, sender=Proposal, dispatch_uid="pagecache:proposals.Proposal")
@@ -33,3 +33,9 @@ def on_page_row_changed(sender: Any, **kwargs: Any) -> None:
 def on_reconcile_pass(sender: Any, **kwargs: Any) -> dict[str, int]:
     """Each pass of the run reconciler also makes good the plan hand-offs that never happened."""
     return proposal_plans_reconcile()
+
+
+@receiver(plan_owners, dispatch_uid="proposals.plan_owners")
+def on_plan_owners(sender: Any, *, plan_id: int, **kwargs: Any) -> list[int]:
+    """Who answers for a plan: the author of the approved proposal it came from."""
+    return proposal_plan_owners(plan_id=plan_id)

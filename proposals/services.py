@@ -306,7 +306,9 @@ def proposal_transition(
         update_fields += ["plan", "approved_hypothesis", "approved_criteria", "git_ref"]
         # The launch row commits with the approval (its expansion is nudged after commit),
         # so an approved plan is never left without one.
-        plan_launch(plan_id=proposal.plan.pk, criteria=dict(proposal.criteria))
+        plan_launch(
+            plan_id=proposal.plan.pk, criteria=dict(proposal.criteria), git_ref=proposal.git_ref
+        )
     elif action in {"cancel", "withdraw"} and proposal.plan_id is not None:
         # Set-based and in this transaction: the proposal and its plan stop together.
         plan_cancel(plan_id=proposal.plan_id, actor=actor, door=door)
@@ -354,7 +356,9 @@ def proposal_plans_reconcile() -> dict[str, int]:
             proposal = unlaunched.select_for_update(of=("self",)).filter(pk=proposal_id).first()
             if proposal is not None and proposal.plan_id is not None:
                 criteria = proposal.approved_criteria or proposal.criteria
-                plan_launch(plan_id=proposal.plan_id, criteria=dict(criteria))
+                plan_launch(
+                    plan_id=proposal.plan_id, criteria=dict(criteria), git_ref=proposal.git_ref
+                )
                 done["launched"] += 1
     for proposal_id in list(uncanceled.values_list("pk", flat=True)[:500]):
         with transaction.atomic():
@@ -364,6 +368,16 @@ def proposal_plans_reconcile() -> dict[str, int]:
                 outbox_proposal_changed(proposal=proposal)  # the runs' progress
                 done["canceled"] += 1
     return done
+
+
+def proposal_plan_owners(*, plan_id: int, **_signal: Any) -> list[int]:
+    """Who answers for a plan (``runs.signals.plan_owners``): the author of the approved
+    proposal it came from, who may claim its queued runs to execute elsewhere."""
+    return list(
+        Proposal.objects.filter(plan_id=plan_id, state=State.APPROVED).values_list(
+            "author_id", flat=True
+        )
+    )
 
 
 @transaction.atomic

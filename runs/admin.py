@@ -10,14 +10,19 @@ from django.http import HttpRequest
 from marin_site.admin import RecordedAdmin, TimelineAdmin
 from marin_site.doors import Door
 from runs.models import (
+    Agent,
+    Lease,
     MetricSeries,
     MetricSummary,
     Plan,
     PlanEntry,
     PlanLaunch,
+    Pool,
     Recipe,
     RecipeEvent,
+    RegistrationToken,
     Run,
+    RunArtifact,
     RunEvent,
     TrackerImport,
     TrackerImportChunk,
@@ -159,3 +164,41 @@ class RecipeEventAdmin(TimelineAdmin):
     list_display = ["recipe", "verb", "door", "actor", "created_at"]
     list_filter = ["door", "verb"]
     raw_id_fields = ["recipe", "actor"]
+
+
+@admin.register(RunArtifact)
+class RunArtifactAdmin(admin.ModelAdmin):
+    list_display = ["run", "kind", "uri", "step", "attempt", "created_at"]
+    list_filter = ["kind"]
+    raw_id_fields = ["run"]
+
+
+# Pools and agents (runs/pools/): tokens and credentials are stored as hashes only.
+
+
+@admin.register(Pool)
+class PoolAdmin(admin.ModelAdmin):
+    list_display = ["name", "owner", "max_concurrent_runs", "created_at", "retired_at"]
+    raw_id_fields = ["owner", "created_by"]
+
+
+@admin.register(RegistrationToken)
+class RegistrationTokenAdmin(admin.ModelAdmin):
+    list_display = ["prefix", "pool", "note", "expires_at", "revoked_at", "uses"]
+    readonly_fields = ["token_hash", "prefix", "uses", "last_used_at"]
+    raw_id_fields = ["pool", "created_by"]
+
+
+@admin.register(Agent)
+class AgentAdmin(admin.ModelAdmin):
+    list_display = ["id", "name", "pool", "version", "last_contact_at", "revoked_at"]
+    list_filter = ["pool"]
+    readonly_fields = ["credential_hash", "prefix", "registered_with"]
+    raw_id_fields = ["pool", "revoked_by"]
+
+
+@admin.register(Lease)
+class LeaseAdmin(admin.ModelAdmin):
+    list_display = ["id", "run", "agent", "attempt", "created_at", "expires_at", "end_reason"]
+    list_filter = ["end_reason"]
+    raw_id_fields = ["run", "agent"]

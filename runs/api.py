@@ -17,6 +17,7 @@ from rest_framework.exceptions import (
     PermissionDenied,
     ValidationError,
 )
+from rest_framework.permissions import SAFE_METHODS
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.throttling import ScopedRateThrottle
@@ -24,7 +25,17 @@ from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
 from marin_site.doors import Door
-from runs import metrics, queue, selectors, series, services, tracker_reports, tracker_uploads
+from runs import (
+    artifacts,
+    claims,
+    metrics,
+    queue,
+    selectors,
+    series,
+    services,
+    tracker_reports,
+    tracker_uploads,
+)
 from runs import permissions as run_perms
 from runs.api_shapes import (
     ChartDataSerializer,
@@ -110,8 +121,18 @@ def _runner_run(request: Request, run_id: int) -> Run:
     if scheme.lower() != "bearer" or not token:
         raise NotAuthenticated("Send the run's token: 'Authorization: Bearer <token>'.")
     run = selectors.runner_run(run_id=run_id)
-    if run is None or not queue.run_token_matches(run=run, token=token.strip()):
+    if run is None:
         raise PermissionDenied("This token does not belong to this run.")
+    if not queue.run_token_matches(run=run, token=token.strip()):
+        if attempt := queue.run_token_superseded(run=run, token=token.strip()):
+            raise queue.TokenSuperseded(
+                f"This token is of attempt {attempt} of run {run.pk}, which is over (the run "
+                f"is on attempt {run.attempt}); nothing it sends is taken."
+            )
+        raise PermissionDenied("This token does not belong to this run.")
+    refusal = queue.run_token_refusal(run=run, write=request.method not in SAFE_METHODS)
+    if refusal is not None:
+        raise refusal
     return run
 
 
@@ -125,7 +146,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
             return (
                 selectors.run_list()
                 .select_related("plan")
-                .prefetch_related("summaries", "events__actor")
+                .prefetch_related("summaries", "events__actor", "artifacts")
             )
         return selectors.run_list()
 
@@ -153,6 +174,38 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str) -> Response:
         return self._maintainer_action(request, run_perms.RETRY_RUN, queue.run_retry)
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["post"])
+    def claim(self, request: Request, pk: str) -> Response:
+        """Claim a queued run to execute by hand: ``{"where": "our lab, 8xA100"}``. Answers
+        the exact command, the resolved config and the run's token, once."""
+        run = self.get_object()
+        data = request.data if isinstance(request.data, dict) else {}
+        claim = claims.run_claim(
+            run_id=run.pk, actor=request.user, where=data.get("where"), door=Door.API
+        )
+        return Response(
+            {
+                "run": RunSerializer(claim.run).data,
+                "token": claim.token,
+                "api_url": claim.env["RUN_API_URL"],
+                "env": claim.env,
+                "command": claim.command,
+                "config": claim.run.config,
+                "config_hash": claim.run.config_hash,
+                "config_file": claim.config_file,
+            },
+            status=201,
+        )
+
+    @extend_schema(request=None, responses=RunSerializer)
+    @action(detail=True, methods=["post"], url_path="give-back")
+    def give_back(self, request: Request, pk: str) -> Response:
+        run = claims.run_claim_release(
+            run_id=self.get_object().pk, actor=request.user, door=Door.API
+        )
+        return Response(RunSerializer(run).data)
 
     @extend_schema(
         parameters=[
@@ -287,17 +340,42 @@ class RunReportView(RunnerView):
         raw_artifacts = data.get("artifacts") or []
         if not isinstance(raw_artifacts, list) or len(raw_artifacts) > 100:
             raise ValidationError({"artifacts": ["a list of at most 100 artifacts"]})
-        artifacts = [tracker_reports.artifact_clean(item) for item in raw_artifacts]
+        reported = [tracker_reports.artifact_clean(item) for item in raw_artifacts]
         run, problems = tracker_reports.run_tracker_report(
-            run_id=run.pk, config=config, summary=summary, artifacts=artifacts
+            run_id=run.pk, config=config, summary=summary, artifacts=reported
         )
         return Response(
             {
                 "final_metrics": run.final_metrics,
-                "artifacts": len(run.artifacts),
+                "artifacts": len(run.tracker_artifacts),
                 "left_out": left_out + problems,
             }
         )
+
+
+class RunConfigView(RunnerView):
+    """``POST {"config": {...}}``: the config the run used; a hash other than the plan's
+    resolved config's is flagged on the run."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = _runner_run(request, pk)
+        data = request.data if isinstance(request.data, dict) else {}
+        run = claims.run_report_config(run=run, config=data.get("config"))
+        return Response(
+            {"config_hash": run.reported_config_hash, "matches_plan": not run.config_mismatch}
+        )
+
+
+class RunArtifactView(RunnerView):
+    """``POST {"kind": "wandb"|"checkpoint"|"link", "uri", "name"?, "step"?}``: a link the
+    run reports about itself; shown on its page (a W&B link also in the run table)."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = _runner_run(request, pk)
+        artifact = artifacts.run_artifact_add(run=run, data=request.data)
+        return Response({"id": artifact.pk, "kind": artifact.kind, "uri": artifact.uri}, status=201)
 
 
 class RunTrackerImportView(APIView):

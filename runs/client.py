@@ -175,6 +175,18 @@ class RunClient:
         data = json.dumps(body, default=str, allow_nan=False).encode()
         return self._post_with_retry("report/", data, time.monotonic() + self.retry_for)
 
+    def artifact(self, kind: str, uri: str, *, name: str = "", step: int | None = None) -> None:
+        """Report a link: ``wandb`` (the W&B run), ``checkpoint`` (e.g. gs://...), ``link``."""
+        body = json.dumps({"kind": kind, "uri": uri, "name": name, "step": step}).encode()
+        self._post_with_retry("artifacts/", body, time.monotonic() + self.retry_for)
+
+    def report_config(self, config: dict[str, Any]) -> bool:
+        """Say which config the job really used; False when it is not the plan's (the site
+        keeps its hash and flags the run)."""
+        body = json.dumps({"config": config}).encode()
+        answer = self._post("config/", body)
+        return bool(answer.get("matches_plan"))
+
     def import_tracker_metrics(self, jsonl: str) -> None:
         """Send a ``tracker_metrics.jsonl`` (config and summary) as the run's final summary."""
         body = json.dumps({"jsonl": jsonl}).encode()

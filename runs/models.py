@@ -14,7 +14,7 @@ from django.db import models
 from django.urls import reverse
 
 from marin_site.events import TimelineEvent
-from runs.executors import EXECUTORS
+from runs.executors import EXECUTOR_NAME_MAX, validate_executor_name
 from runs.plans import RecipeSpec
 
 slug_validator = RegexValidator(
@@ -49,10 +49,15 @@ class Recipe(models.Model):
         default=dict, blank=True, help_text="Scale name -> config overrides (a scaling ladder)."
     )
     executor = models.CharField(
-        max_length=32,
+        max_length=EXECUTOR_NAME_MAX,
         blank=True,
-        choices=[(name, name) for name in EXECUTORS],
-        help_text="Where this recipe's runs go; blank: the site's default executor.",
+        validators=[validate_executor_name],
+        help_text="Where this recipe's runs go: local, ray or pool:<name>; blank: the site's default.",
+    )
+    time_limit_seconds = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="How long one attempt of a run may take; blank: the site's RUNS_TIME_LIMIT_SECONDS.",
     )
     metrics = models.JSONField(
         default=list,
@@ -157,9 +162,17 @@ class PlanLaunch(models.Model):
     """
 
     plan = models.OneToOneField(Plan, on_delete=models.CASCADE, related_name="launch")
-    executor = models.CharField(max_length=32)
+    executor = models.CharField(max_length=EXECUTOR_NAME_MAX)
     command_template = models.TextField(
         max_length=2_000, help_text="The recipe's command as it was at launch."
+    )
+    time_limit_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The recipe's time limit as it was at launch."
+    )
+    git_ref = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="The code version pinned at approval; every job gets it.",
     )
     criteria = models.JSONField(default=dict, blank=True)
     max_concurrent_runs = models.PositiveIntegerField(null=True, blank=True)
@@ -222,8 +235,8 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="cached_by"
     )
     command = models.TextField(blank=True)
-    git_sha = models.CharField(max_length=64, blank=True)
-    executor = models.CharField(max_length=32, blank=True)
+    git_sha = models.CharField(max_length=255, blank=True, help_text="The pinned git ref.")
+    executor = models.CharField(max_length=EXECUTOR_NAME_MAX, blank=True)
     external_id = models.CharField(max_length=255, blank=True)
     attempt = models.PositiveIntegerField(default=1)
     max_attempts = models.PositiveIntegerField(default=3)
@@ -245,13 +258,24 @@ class Run(models.Model):
     tracker_tags = models.JSONField(
         default=dict, blank=True, help_text="Tags a tracker set on the run (MLflow's tags)."
     )
-    artifacts = models.JSONField(
+    tracker_artifacts = models.JSONField(
         default=list, blank=True, help_text="Artifacts a tracker reported: links, never files."
     )
     tracker_deleted_at = models.DateTimeField(
         null=True,
         blank=True,
         help_text="When an MLflow client deleted the run: hidden from MLflow's searches only.",
+    )
+    # An external run: claimed by a person to execute by hand, elsewhere (runs/claims.py).
+    claimed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    claim_where = models.CharField(
+        max_length=200, blank=True, help_text="Where the claimant says it runs."
+    )
+    reported_config_hash = models.CharField(
+        max_length=64, blank=True, help_text="The hash of the config the run says it used."
     )
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -277,6 +301,11 @@ class Run(models.Model):
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_RUN_STATES
+
+    @property
+    def config_mismatch(self) -> bool:
+        """The run reported a config other than the plan's resolved one."""
+        return bool(self.reported_config_hash) and self.reported_config_hash != self.config_hash
 
 
 class MetricPoint(models.Model):
@@ -357,6 +386,32 @@ class MetricSeries(models.Model):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.key} every {self.width} steps"
+
+
+class RunArtifact(models.Model):
+    """A link a run reported: its W&B run, a checkpoint's location, any other artifact."""
+
+    class Kind(models.TextChoices):
+        WANDB = "wandb"
+        CHECKPOINT = "checkpoint"
+        LINK = "link"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="artifacts")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    name = models.CharField(max_length=200, blank=True)
+    uri = models.CharField(max_length=1000)
+    step = models.BigIntegerField(null=True, blank=True)
+    attempt = models.PositiveIntegerField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "kind", "uri"], name="run_artifact_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.kind} {self.uri[:60]}"
 
 
 class RunEvent(TimelineEvent):
@@ -452,3 +507,7 @@ class RecipeEvent(TimelineEvent):
 
     def __str__(self) -> str:
         return f"{self.recipe_id} {self.verb}"
+
+
+# Pools, agents and leases live in runs/pools/; imported here so Django registers them.
+from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401

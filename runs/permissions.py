@@ -57,3 +57,40 @@ for _model in (
     "metricseries",
 ):
     rules.add_perm(f"runs.view_{_model}", is_maintainer)
+
+# Pools (runs/pools/): maintainers create and retire pools; a pool's owner (or a maintainer)
+# makes and revokes its registration tokens and revokes its agents.
+CREATE_POOL = "runs.create_pool"
+MANAGE_POOL = "runs.manage_pool"
+
+
+@rules.predicate
+def is_pool_owner(user: Any, pool: Any) -> bool:
+    if pool is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    return bool(pool.owner_id == user.pk)
+
+
+rules.add_perm(CREATE_POOL, is_maintainer)
+rules.add_perm(MANAGE_POOL, is_maintainer | is_pool_owner)
+
+# External runs (runs/claims.py): a maintainer, or whoever answers for the run's plan (the
+# author of its approved proposal, as ``runs.signals.plan_owners`` tells), claims a queued
+# run to execute by hand.
+CLAIM_RUN = "runs.claim_run"
+
+
+@rules.predicate
+def answers_for_the_plan(user: Any, run: Any) -> bool:
+    from runs.models import Plan
+    from runs.signals import plan_owners
+
+    if run is None or not getattr(user, "is_authenticated", False) or not user.is_active:
+        return False
+    for _receiver, owners in plan_owners.send_robust(sender=Plan, plan_id=run.plan_id):
+        if isinstance(owners, list | tuple | set | frozenset) and user.pk in owners:
+            return True
+    return False
+
+
+rules.add_perm(CLAIM_RUN, is_maintainer | answers_for_the_plan)

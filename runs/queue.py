@@ -33,6 +33,8 @@ from runs.executors import (
     JobStatus,
     executor_unavailable,
     get_executor,
+    is_pull_executor,
+    pool_name,
 )
 from runs.models import (
     TERMINAL_RUN_STATES,
@@ -143,11 +145,14 @@ def run_transition(
         run.heartbeat_at = now
         update_fields |= {"started_at", "heartbeat_at"}
     elif to_state == RunState.QUEUED:
+        # The next attempt: the last one's token opens nothing any more (its late reports
+        # are refused with 409), and the run waits to be dispatched (or offered) again.
         run.attempt += 1
         run.external_id = ""
         run.dispatched_at = None
         run.heartbeat_at = None
-        update_fields |= {"attempt", "external_id", "dispatched_at", "heartbeat_at"}
+        run.token_hash = ""
+        update_fields |= {"attempt", "external_id", "dispatched_at", "heartbeat_at", "token_hash"}
     elif to_state in TERMINAL_RUN_STATES:
         run.finished_at = now
         update_fields.add("finished_at")
@@ -196,8 +201,57 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
+class RunEnded(DomainError):
+    """A write with the token of a run that has ended: nothing it sends is taken (409)."""
+
+    status_code = 409
+
+
+class RunTokenExpired(DomainError):
+    """A run token past its run's time limit and grace (401)."""
+
+    status_code = 401
+
+
+def run_token_refusal(*, run: Run, write: bool) -> DomainError | None:
+    """Why a token that matches ``run`` may not be used now, or None.
+
+    Once the run is terminal its token writes nothing more (a late job cannot replace a
+    finished run's numbers), and whatever the state it ends with the run's time limit plus
+    ``RUNS_TOKEN_GRACE_SECONDS`` after the run started: a leaked token does not live on."""
+    if write and run.state in TERMINAL_RUN_STATES:
+        return RunEnded(f"Run {run.pk} has ended ({run.state}); its token writes nothing more.")
+    if run.started_at is not None:
+        lifetime = timedelta(seconds=run.time_limit_seconds + settings.RUNS_TOKEN_GRACE_SECONDS)
+        if timezone.now() > run.started_at + lifetime:
+            return RunTokenExpired(
+                f"The token of run {run.pk} expired: its time limit and "
+                f"{settings.RUNS_TOKEN_GRACE_SECONDS} s of grace have passed since it started."
+            )
+    return None
+
+
 def run_token_matches(*, run: Run, token: str) -> bool:
     return bool(run.token_hash) and hmac.compare_digest(token_hash(token), run.token_hash)
+
+
+class TokenSuperseded(DomainError):
+    """A token of an attempt that is over (its lease was lost, its run requeued): 409."""
+
+    status_code = 409
+
+
+def run_token_superseded(*, run: Run, token: str) -> int:
+    """The earlier attempt of ``run`` whose token this is (its lease or job is over), or 0.
+
+    Tokens derive from (run, attempt), so an earlier attempt's token is recognised without
+    storing it: a late report from a lost lease is told 409, not mistaken for a stranger."""
+    for attempt in range(run.attempt - 1, 0, -1):
+        key = settings.SECRET_KEY.encode()
+        digest = hmac.new(key, f"run-token:{run.pk}:{attempt}".encode(), hashlib.sha256)
+        if hmac.compare_digest(token, f"r{run.pk}.{digest.hexdigest()}"):
+            return attempt
+    return 0
 
 
 # --- plan expansion -----------------------------------------------------------------------
@@ -230,6 +284,7 @@ def plan_expand(*, plan_id: int) -> int:
         source = done.cached_from_id or done.pk
         finished_before.setdefault(done.config_hash, (source, done.final_metrics))
     now = timezone.now()
+    time_limit = launch.time_limit_seconds or settings.RUNS_TIME_LIMIT_SECONDS
     runs = []
     for entry in entries:
         cached = finished_before.get(entry.config_hash)
@@ -244,9 +299,10 @@ def plan_expand(*, plan_id: int) -> int:
                 config_hash=entry.config_hash,
                 accelerator_hours=entry.accelerator_hours,
                 executor=launch.executor,
+                git_sha=launch.git_ref,
                 max_attempts=settings.RUNS_MAX_ATTEMPTS,
                 heartbeat_timeout_seconds=settings.RUNS_HEARTBEAT_TIMEOUT_SECONDS,
-                time_limit_seconds=settings.RUNS_TIME_LIMIT_SECONDS,
+                time_limit_seconds=time_limit,
                 state=RunState.FINISHED if cached else RunState.QUEUED,
                 cached_from_id=cached[0] if cached else None,
                 final_metrics=cached[1] if cached else {},
@@ -286,25 +342,35 @@ class _Capacity:
     plan_spent: dict[int, float]
 
 
+# A run holds a slot while it runs, and, on an executor whose agents pull their work, from
+# the moment it is offered to them (queued, with ``dispatched_at`` set) until it is leased.
+OFFERED = Q(state=RunState.QUEUED, dispatched_at__isnull=False)
+HOLDS_SLOT = Q(state=RunState.RUNNING) | OFFERED
+
+
 def _capacity(plan_ids: list[int]) -> _Capacity:
     executor_running: dict[str, int] = {}
-    for executor in (
-        Run.objects.filter(state=RunState.RUNNING).values_list("executor", flat=True).iterator()
-    ):
+    for executor in Run.objects.filter(HOLDS_SLOT).values_list("executor", flat=True).iterator():
         executor_running[executor] = executor_running.get(executor, 0) + 1
     plan_running: dict[int, int] = {}
     plan_spent: dict[int, float] = {}
     rows = Run.objects.filter(plan_id__in=plan_ids, cached_from__isnull=True).filter(
-        Q(state=RunState.RUNNING) | Q(started_at__isnull=False)
+        HOLDS_SLOT | Q(started_at__isnull=False)
     )
-    for plan_id, state, hours in rows.values_list("plan_id", "state", "accelerator_hours"):
-        if state == RunState.RUNNING:
+    for plan_id, state, offered, hours in rows.values_list(
+        "plan_id", "state", "dispatched_at", "accelerator_hours"
+    ):
+        if state == RunState.RUNNING or (state == RunState.QUEUED and offered is not None):
             plan_running[plan_id] = plan_running.get(plan_id, 0) + 1
         plan_spent[plan_id] = plan_spent.get(plan_id, 0.0) + hours
     return _Capacity(executor_running, plan_running, plan_spent)
 
 
 def executor_limit(executor: str) -> int:
+    if pool := pool_name(executor):
+        from runs.executors.pool import PoolExecutor
+
+        return PoolExecutor(pool).limit()
     limits: dict[str, int] = settings.RUNS_EXECUTOR_MAX_CONCURRENT
     return limits.get(executor, 1)
 
@@ -316,7 +382,9 @@ def runs_dispatch() -> list[int]:
     Locks the launches with queued runs (in id order), so two dispatchers never both fill
     the same free slot. Jobs are submitted after the transaction commits.
     """
-    with_queued = Run.objects.filter(state=RunState.QUEUED).values("plan_id")
+    # Runs offered to a pool already hold their slots: only the others wait for a decision.
+    waiting_runs = Run.objects.filter(state=RunState.QUEUED, dispatched_at__isnull=True)
+    with_queued = waiting_runs.values("plan_id")
     launches = list(
         PlanLaunch.objects.select_for_update()
         .filter(canceled_at__isnull=True, plan_id__in=with_queued)
@@ -328,16 +396,18 @@ def runs_dispatch() -> list[int]:
     capacity = _capacity(list(by_plan))
     plans = {p.pk: p for p in Plan.objects.filter(pk__in=by_plan)}
     queued = (
-        Run.objects.filter(plan_id__in=by_plan, state=RunState.QUEUED)
+        waiting_runs.filter(plan_id__in=by_plan)
         .order_by("plan_id", "entry__index", "sequence")
         .select_related("entry")
     )
     started: list[int] = []
     unavailable: dict[str, str] = {}  # executor -> why it takes no runs now ("" if it does)
+    limits: dict[str, int] = {}
+    to_offer: list[Run] = []
     waiting: dict[str, list[int]] = {}  # reason -> runs to say it on, one UPDATE per reason
     for run in queued:
-        if run.cancel_requested_at is not None:
-            continue
+        if run.cancel_requested_at is not None or run.dispatched_at is not None:
+            continue  # canceled, or offered to a pool's agents already (it holds its slot)
         launch = by_plan[run.plan_id]
         plan = plans[run.plan_id]
         reason = ""
@@ -346,10 +416,11 @@ def runs_dispatch() -> list[int]:
         spent = capacity.plan_spent.get(run.plan_id, 0.0)
         if run.executor not in unavailable:
             unavailable[run.executor] = executor_unavailable(run.executor)
+            limits[run.executor] = executor_limit(run.executor)
         if unavailable[run.executor]:
             reason = f"waiting: {unavailable[run.executor]}"
-        elif capacity.executor_running.get(run.executor, 0) >= executor_limit(run.executor):
-            reason = f"waiting: executor '{run.executor}' is at its limit of {executor_limit(run.executor)} concurrent runs"
+        elif capacity.executor_running.get(run.executor, 0) >= limits[run.executor]:
+            reason = f"waiting: executor '{run.executor}' is at its limit of {limits[run.executor]} concurrent runs"
         elif capacity.plan_running.get(run.plan_id, 0) >= plan_limit:
             reason = f"waiting: the plan is at its limit of {plan_limit} concurrent runs"
         elif budget is not None and spent + run.accelerator_hours > budget + 1e-9:
@@ -361,26 +432,85 @@ def runs_dispatch() -> list[int]:
             if run.state_reason != reason:
                 waiting.setdefault(reason, []).append(run.pk)
             continue
-        if run_start(run_id=run.pk) is not None:
+        if is_pull_executor(run.executor):
+            to_offer.append(run)  # offered in bulk below: agents lease them
+        elif run_start(run_id=run.pk) is not None:
             started.append(run.pk)
-            capacity.executor_running[run.executor] = (
-                capacity.executor_running.get(run.executor, 0) + 1
-            )
-            capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + 1
-            capacity.plan_spent[run.plan_id] = spent + run.accelerator_hours
+        else:
+            continue
+        capacity.executor_running[run.executor] = capacity.executor_running.get(run.executor, 0) + 1
+        capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + 1
+        capacity.plan_spent[run.plan_id] = spent + run.accelerator_hours
+    started += _runs_offer(to_offer)
     for reason, run_ids in waiting.items():
         Run.objects.filter(pk__in=run_ids, state=RunState.QUEUED).update(state_reason=reason)
     return started
+
+
+def _runs_offer(runs: list[Run]) -> list[int]:
+    """Offer queued runs to their pools' agents, a few statements per pool however many
+    runs (a 256-run plan is offered in one UPDATE, one bulk insert of events and one
+    NOTIFY), inside the dispatcher's transaction. A plan whose command template cannot be
+    filled goes through ``run_start``, which fails its runs saying why."""
+    from runs.pools import wakeup
+
+    broken: set[int] = set()
+    for first in {run.plan_id: run for run in runs}.values():
+        try:
+            run_command(run=first, python=PYTHON_PLACEHOLDER)
+        except DomainError:
+            broken.add(first.plan_id)
+    offered: list[int] = []
+    by_executor: dict[str, list[int]] = {}
+    for run in runs:
+        if run.plan_id in broken:
+            run_start(run_id=run.pk)
+        else:
+            by_executor.setdefault(run.executor, []).append(run.pk)
+    now = timezone.now()
+    for executor, run_ids in by_executor.items():
+        pool = pool_name(executor)
+        ids = list(
+            Run.objects.select_for_update()
+            .filter(
+                pk__in=run_ids,
+                state=RunState.QUEUED,
+                cancel_requested_at__isnull=True,
+                dispatched_at__isnull=True,
+            )
+            .order_by("pk")
+            .values_list("pk", flat=True)
+        )
+        if not ids:
+            continue
+        Run.objects.filter(pk__in=ids).update(
+            dispatched_at=now, state_reason=f"waiting for an agent of pool '{pool}'", updated_at=now
+        )
+        RunEvent.objects.bulk_create(
+            (
+                RunEvent(
+                    run_id=pk, verb="offered", door=Door.WORKER, message=f"offered to {executor}"
+                )
+                for pk in ids
+            ),
+            batch_size=500,
+        )
+        wakeup.work_offered(pool)
+        offered += ids
+    return offered
 
 
 def run_workdir(*, run: Run) -> Path:
     return Path(settings.RUNS_WORK_DIR) / f"run-{run.pk}" / f"attempt-{run.attempt}"
 
 
-def run_command(*, run: Run) -> list[str]:
+PYTHON_PLACEHOLDER = "{python}"  # in an agent's argv: the agent fills in its own Python
+
+
+def run_command(*, run: Run, python: str = sys.executable) -> list[str]:
     template = PlanLaunch.objects.get(plan_id=run.plan_id).command_template
     try:
-        command = template.format(python=sys.executable, config_path="config.json", run_id=run.pk)
+        command = template.format(python=python, config_path="config.json", run_id=run.pk)
         argv = shlex.split(command)
     except (KeyError, IndexError, ValueError) as exc:
         raise DomainError(f"The recipe's command template cannot be filled: {exc}") from exc
@@ -389,26 +519,38 @@ def run_command(*, run: Run) -> list[str]:
     return argv
 
 
-def run_job_spec(*, run: Run) -> JobSpec:
+def run_job_env(*, run: Run) -> dict[str, str]:
+    """What every job gets, on every executor: who it is, its token, where to report, and
+    the code version pinned at approval (``RUN_GIT_SHA``, also as ``RUN_GIT_REF``)."""
+    token = run_token(run=run)
+    return {
+        "RUN_ID": str(run.pk),
+        "RUN_TOKEN": token,
+        "RUN_API_URL": settings.RUNS_API_URL,
+        "RUN_ATTEMPT": str(run.attempt),
+        "RUN_GIT_SHA": run.git_sha,
+        "RUN_GIT_REF": run.git_sha,
+        # A stock MLflow client reports to this run unchanged (runs/mlflow/).
+        "MLFLOW_TRACKING_URI": settings.RUNS_MLFLOW_TRACKING_URI,
+        "MLFLOW_TRACKING_TOKEN": token,
+        "MLFLOW_EXPERIMENT_ID": str(run.plan_id),
+    }
+
+
+def run_config_file(*, run: Run) -> str:
     import json
 
+    return json.dumps(run.config, indent=2, sort_keys=True)
+
+
+def run_job_spec(*, run: Run) -> JobSpec:
     secrets = {name: value for name in settings.RUNS_SECRET_ENV if (value := _env(name))}
-    token = run_token(run=run)
     return JobSpec(
         job_id=f"run-{run.pk}-attempt-{run.attempt}",
         argv=run_command(run=run),
         workdir=run_workdir(run=run),
-        env={
-            "RUN_ID": str(run.pk),
-            "RUN_TOKEN": token,
-            "RUN_API_URL": settings.RUNS_API_URL,
-            # A stock MLflow client reports to this run unchanged (runs/mlflow/).
-            "MLFLOW_TRACKING_URI": settings.RUNS_MLFLOW_TRACKING_URI,
-            "MLFLOW_TRACKING_TOKEN": token,
-            "MLFLOW_EXPERIMENT_ID": str(run.plan_id),
-            **secrets,
-        },
-        files={"config.json": json.dumps(run.config, indent=2, sort_keys=True)},
+        env={**run_job_env(run=run), **secrets},
+        files={"config.json": run_config_file(run=run)},
         time_limit_seconds=run.time_limit_seconds,
     )
 
@@ -435,6 +577,8 @@ def run_start(*, run_id: int) -> Run | None:
                 door=Door.WORKER,
                 message=exc.message,
             )
+        if is_pull_executor(run.executor):
+            return _run_offer(run)
         run = run_transition(
             run_id=run_id,
             to_state=RunState.RUNNING,
@@ -450,6 +594,24 @@ def run_start(*, run_id: int) -> Run | None:
         )
         transaction.on_commit(lambda: run_submit(run_id=run_id), robust=True)
         return run
+
+
+def _run_offer(run: Run) -> Run | None:
+    """Offer a queued run to its pool's agents (inside ``run_start``'s transaction): it now
+    holds a slot, and the first agent to ask leases it (``runs.pools.leases``)."""
+    from runs.pools import wakeup
+
+    if run.dispatched_at is not None:
+        return None
+    pool = pool_name(run.executor)
+    run.dispatched_at = timezone.now()
+    run.state_reason = f"waiting for an agent of pool '{pool}'"
+    run.save(update_fields=["dispatched_at", "state_reason", "updated_at"])
+    run_event_record(
+        run=run, verb="offered", door=Door.WORKER, message=f"offered to {run.executor}"
+    )
+    wakeup.work_offered(pool)
+    return run
 
 
 def run_submit(*, run_id: int) -> str:
@@ -594,6 +756,10 @@ def run_reconcile(*, run_id: int) -> Run | None:
         if run.cancel_requested_at is not None:
             return run_transition(run_id=run_id, to_state=RunState.KILLED, door=Door.WORKER)
         return run
+    if is_pull_executor(run.executor):  # the lease is the truth
+        from runs.pools.leases import run_reconcile_leased
+
+        return run_reconcile_leased(run_id=run_id)
     executor = get_executor(run.executor)
     if not run.external_id:
         if run.cancel_requested_at is not None:
@@ -677,6 +843,10 @@ def _settle_ended(run: Run, status: JobStatus) -> Run:
     if status.state == JobState.STOPPED and run.cancel_requested_at is not None:
         return run_transition(
             run_id=run.pk, to_state=RunState.KILLED, door=Door.WORKER, message="stopped on request"
+        )
+    if status.state == JobState.KILLED:  # a signal from outside, with the evidence in message
+        return run_transition(
+            run_id=run.pk, to_state=RunState.KILLED, door=Door.WORKER, message=status.message
         )
     message = (
         "the job was stopped outside marin-site"

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from datetime import UTC
+
 from django.db import connection
 from django.db.models import Count, QuerySet
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from runs.metric_declarations import MetricDeclaration, declarations_parse
 from runs.models import TERMINAL_RUN_STATES, Plan, PlanEntry, Recipe, Run, TrackerImport
@@ -25,19 +29,32 @@ def run_list() -> QuerySet[Run]:
 
 def runner_run(*, run_id: int) -> Run | None:
     """The run a runner's request names, with just what its token check and the metrics
-    door read (state, token hash). Every metrics batch asks, so this is one plain query:
+    door read (state, token hash, when it started and its time limit). Every metrics batch asks, so this is one plain query:
     Django builds the same SELECT through the ORM for 1.5 ms of CPU, this for 0.3 ms."""
     if not 0 < run_id < 2**63:  # a URL's digits can outgrow bigint
         return None
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT state, token_hash FROM {Run._meta.db_table} WHERE id = %s",  # noqa: S608
+            f"SELECT state, token_hash, attempt, started_at, time_limit_seconds "  # noqa: S608
+            f"FROM {Run._meta.db_table} WHERE id = %s",
             [run_id],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    return Run(pk=run_id, state=row[0], token_hash=row[1])
+    started_at = row[3]
+    if isinstance(started_at, str):  # SQLite hands back text for a raw query
+        started_at = parse_datetime(started_at)
+    if started_at is not None and timezone.is_naive(started_at):
+        started_at = timezone.make_aware(started_at, UTC)
+    return Run(
+        pk=run_id,
+        state=row[0],
+        token_hash=row[1],
+        attempt=row[2],
+        started_at=started_at,
+        time_limit_seconds=row[4],
+    )
 
 
 def run_detail(*, run_id: int) -> Run | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from runs.models import MetricSummary, Plan, Recipe, Run, RunEvent, TrackerImport
+from runs.models import MetricSummary, Plan, Recipe, Run, RunArtifact, RunEvent, TrackerImport
 from runs.plans import Plan as PlanPreview
 
 
@@ -29,6 +29,7 @@ class RecipeSerializer(serializers.ModelSerializer):
             "scales",
             "executor",
             "metrics",
+            "time_limit_seconds",
             "is_active",
             "created_at",
             "updated_at",
@@ -192,7 +193,16 @@ class RunSerializer(serializers.ModelSerializer[Run]):
         read_only_fields = fields
 
 
+class RunArtifactSerializer(serializers.ModelSerializer[RunArtifact]):
+    class Meta:
+        model = RunArtifact
+        fields = ["kind", "name", "uri", "step", "attempt", "created_at"]
+        read_only_fields = fields
+
+
 class RunDetailSerializer(RunSerializer):
+    claimed_by = serializers.CharField(source="claimed_by.username", default=None, read_only=True)
+    artifacts = RunArtifactSerializer(many=True, read_only=True)
     summaries = MetricSummarySerializer(many=True, read_only=True)
     events = RunEventSerializer(many=True, read_only=True)
 
@@ -208,6 +218,12 @@ class RunDetailSerializer(RunSerializer):
             "secret_env_names",
             "final_metrics",
             "tracker_config",
+            "claimed_by",
+            "claimed_at",
+            "claim_where",
+            "reported_config_hash",
+            "config_mismatch",
+            "artifacts",
             "summaries",
             "events",
         ]

@@ -31,8 +31,11 @@ RECIPE_FIELDS = (
     "scales",
     "executor",
     "metrics",
+    "time_limit_seconds",
     "is_active",
 )
+
+MAX_TIME_LIMIT_SECONDS = 90 * 24 * 3600  # a two-week run is normal; a quarter is the cap
 
 
 def recipe_validate(*, data: dict[str, Any]) -> None:
@@ -70,6 +73,17 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
     metric_errors = declarations_validate(data.get("metrics") or [])
     if metric_errors:
         errors["metrics"] = metric_errors
+    if problem := executor_problem(
+        executor=data.get("executor") or "", recipe_name=data.get("name")
+    ):
+        errors["executor"] = [problem]
+    time_limit = data.get("time_limit_seconds")
+    if time_limit is not None and (
+        type(time_limit) is not int or not 60 <= time_limit <= MAX_TIME_LIMIT_SECONDS
+    ):
+        errors["time_limit_seconds"] = [
+            f"must be whole seconds from 60 to {MAX_TIME_LIMIT_SECONDS} (90 days), or empty"
+        ]
     if errors:
         raise ValidationError(errors)
     assert isinstance(schema, dict)
@@ -173,6 +187,26 @@ def recipe_load(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> 
     return recipe_update(recipe=recipe, data=wanted), "updated"
 
 
+def executor_problem(*, executor: str, recipe_name: Any = None) -> str:
+    """Why runs cannot be sent to ``executor`` (for ``recipe_name``), or "" when they can."""
+    from runs.executors import EXECUTORS, pool_name
+    from runs.pools.models import Pool
+
+    if not executor or executor in EXECUTORS:
+        return ""
+    name = pool_name(executor)
+    if not name:
+        return f"'{executor[:60]}' is no executor; use local, ray or pool:<name>"
+    pool = Pool.objects.filter(name=name).first()
+    if pool is None:
+        return f"there is no pool named '{name}'"
+    if pool.retired_at is not None:
+        return f"pool '{name}' is retired"
+    if isinstance(recipe_name, str) and not pool.may_run(recipe_name):
+        return f"pool '{name}' may not run recipe '{recipe_name}'"
+    return ""
+
+
 def plan_build(
     *,
     recipe: Recipe | RecipeSpec,
@@ -249,25 +283,33 @@ def plan_launch(
     criteria: dict[str, Any] | None = None,
     executor: str = "",
     max_concurrent_runs: int | None = None,
+    git_ref: str = "",
 ) -> PlanLaunch:
     """Ask for a frozen plan to run; asking twice launches it once.
 
     ``criteria`` (metric, direction, threshold) are what the results are judged against;
     the caller passes them because runs never read proposals. The runs go to ``executor``,
-    else to the recipe's, else to the site's default. Expansion into runs and their dispatch
+    else to the recipe's, else to the site's default (a pool must exist and may run the
+    recipe). ``git_ref`` is the code version pinned at approval: every job of the plan gets it
+    (``RUN_GIT_SHA``), on every executor. The recipe's time limit is taken as it is now. Expansion into runs and their dispatch
     happen in Celery after this commits (and in the reconciler, if that nudge is lost).
     """
     from runs.queue import _nudge
 
     with transaction.atomic():
         recipe = Plan.objects.select_related("recipe").get(pk=plan_id).recipe
+        target = executor or recipe.executor or settings.RUNS_DEFAULT_EXECUTOR
+        if executor and (problem := executor_problem(executor=executor, recipe_name=recipe.name)):
+            raise ValidationError({"executor": [problem]})
         launch, created = PlanLaunch.objects.get_or_create(
             plan_id=plan_id,
             defaults={
                 "criteria": criteria or {},
                 "command_template": recipe.command_template,
-                "executor": executor or recipe.executor or settings.RUNS_DEFAULT_EXECUTOR,
+                "executor": target,
                 "max_concurrent_runs": max_concurrent_runs,
+                "time_limit_seconds": recipe.time_limit_seconds,
+                "git_ref": git_ref.strip()[:255],
             },
         )
         if created:

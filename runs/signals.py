@@ -10,6 +10,9 @@
 - ``reconcile_pass``: sent (no kwargs) at the start of every pass of the reconciler, outside
   any transaction. A caller that hands plans to ``runs`` to launch or cancel checks that each
   hand-off happened and makes good one that did not.
+- ``plan_owners``: kwarg ``plan_id``; each receiver returns the ids of the users who answer
+  for the plan (the author of the approved proposal it came from), who may claim its queued
+  runs to execute by hand (``runs.permissions.CLAIM_RUN``). Asked, not announced.
 
 The first two are sent after the transaction that caused them commits.
 """
@@ -21,3 +24,4 @@ from django.dispatch import Signal
 run_state_changed = Signal()
 plan_finished = Signal()
 reconcile_pass = Signal()
+plan_owners = Signal()

@@ -89,14 +89,14 @@ def run_tracker_report(
         )
         fields.add("final_metrics")
     if artifacts:
-        known = list(run.artifacts or [])
+        known = list(run.tracker_artifacts or [])
         for artifact in artifacts:
             if artifact not in known:
                 known.append(artifact)
         if len(known) > MAX_ARTIFACTS:
             raise ValidationError({"artifacts": [f"a run keeps at most {MAX_ARTIFACTS} artifacts"]})
-        run.artifacts = known
-        fields.add("artifacts")
+        run.tracker_artifacts = known
+        fields.add("tracker_artifacts")
     if tags or untag:
         current = {**(run.tracker_tags or {}), **(tags or {})}
         for key in untag or []:

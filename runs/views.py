@@ -37,11 +37,27 @@ class RecipeForm(forms.ModelForm):
             "command_template",
             *JSON_FIELDS,
             "executor",
+            "time_limit_seconds",
             "is_active",
         ]
         widgets = {
             field: forms.Textarea(attrs={"rows": 8, "class": "mono"}) for field in JSON_FIELDS
         }
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        from runs.executors import EXECUTORS
+        from runs.pools.models import Pool
+
+        super().__init__(*args, **kwargs)
+        pools = Pool.objects.filter(retired_at__isnull=True).order_by("name")
+        choices = [("", "the site's default"), *((name, name) for name in EXECUTORS)]
+        choices += [(pool.executor, f"{pool.executor} (agents)") for pool in pools]
+        current = self.initial.get("executor") or ""
+        if current and current not in dict(choices):
+            choices.append((current, current))
+        self.fields["executor"] = forms.ChoiceField(
+            choices=choices, required=False, help_text=Recipe._meta.get_field("executor").help_text
+        )
 
 
 def recipe_list(request: HttpRequest) -> HttpResponse:
@@ -104,6 +120,12 @@ def recipe_edit(request: HttpRequest, name: str, version: str) -> HttpResponse:
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
     """A run's public page: state, its recipe's declared metrics and the others, what the
     trackers reported (config, tags, summary, artifacts), imports, config, timeline, log."""
+    return _run_page(request, pk)
+
+
+def _run_page(
+    request: HttpRequest, pk: int, *, claim: Any = None, status: int = 200
+) -> HttpResponse:
     from runs.executors import ExecutorError, get_executor
 
     run = selectors.run_detail(run_id=pk)
@@ -147,7 +169,19 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
             "import_active": any(i.state in {"pending", "running"} for i in imports),
             "can_import": request.user.has_perm(run_perms.IMPORT_METRICS, run),
             "logs": logs,
+            "leases": run.leases.select_related("agent__pool").order_by("pk"),
+            "artifacts": run.artifacts.all(),
+            "claim": claim,
+            "can_claim": run.state == "queued" and request.user.has_perm(run_perms.CLAIM_RUN, run),
+            "can_give_back": run.executor == "external"
+            and run.state == "running"
+            and request.user.is_authenticated
+            and (
+                run.claimed_by_id == request.user.pk
+                or request.user.has_perm(run_perms.CANCEL_RUN, run)
+            ),
         },
+        status=status,
     )
 
 
@@ -191,6 +225,41 @@ def render_refused(request: HttpRequest, run: Run, message: str, status: int) ->
         },
         status=status,
     )
+
+
+@login_required
+@require_POST
+def run_claim(request: HttpRequest, pk: int) -> HttpResponse:
+    """Claim a queued run to execute by hand; the answer shows its token and command once."""
+    from marin_site.errors import DomainError
+    from runs import claims
+
+    try:
+        claim = claims.run_claim(run_id=pk, actor=request.user, where=request.POST.get("where", ""))
+    except ValidationError as exc:
+        messages.error(request, " ".join(" ".join(v) for v in exc.message_dict.values()))
+        return redirect("run-page", pk=pk)
+    except DomainError as exc:
+        if exc.status_code == 403:
+            raise PermissionDenied(exc.message) from exc
+        messages.error(request, exc.message)
+        return redirect("run-page", pk=pk)
+    return _run_page(request, pk, claim=claim, status=201)
+
+
+@login_required
+@require_POST
+def run_give_back(request: HttpRequest, pk: int) -> HttpResponse:
+    from marin_site.errors import DomainError
+    from runs import claims
+
+    try:
+        claims.run_claim_release(run_id=pk, actor=request.user)
+    except DomainError as exc:
+        if exc.status_code == 403:
+            raise PermissionDenied(exc.message) from exc
+        messages.error(request, exc.message)
+    return redirect("run-page", pk=pk)
 
 
 # --- results: the run table's live partial, the loss PNG, compare -------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,16 @@ def _fast_password_hashing() -> None:
 
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     get_hashers.cache_clear()  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """pytest-django's, and then: a long-poll opens a listening connection
+    (runs/pools/wakeup.py), closed before the test database is dropped."""
+    yield
+    from runs.pools import wakeup
+
+    wakeup.stop_listening()
 
 
 @pytest.fixture(autouse=True)

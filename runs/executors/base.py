@@ -19,6 +19,7 @@ class JobState(enum.StrEnum):
     FAILED = "failed"
     STOPPED = "stopped"  # canceled on our request
     PREEMPTED = "preempted"
+    KILLED = "killed"  # ended by a signal from outside that no evidence ties to a cause
     MISSING = "missing"  # the executor no longer knows the job: it vanished
 
 

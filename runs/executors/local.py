@@ -49,6 +49,32 @@ def _int(data: dict[str, object] | None, key: str) -> int | None:
     return value if isinstance(value, int) else None
 
 
+def _status_from_signal(number: int, ended: dict[str, object]) -> JobStatus:
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        name = f"signal {number}"
+    if number == signal.SIGKILL:
+        oom_kills, cgroup = ended.get("oom_kills"), ended.get("cgroup") or "its cgroup"
+        if isinstance(oom_kills, int) and oom_kills > 0:
+            return JobStatus(
+                JobState.FAILED,
+                "oom",
+                f"killed by the kernel's OOM killer (oom_kill +{oom_kills} in {cgroup})",
+            )
+        evidence = (
+            f"no OOM kill was counted in {cgroup}"
+            if oom_kills == 0
+            else "no OOM counter could be read"
+        )
+        return JobStatus(JobState.KILLED, message=f"killed by SIGKILL from outside ({evidence})")
+    if number == signal.SIGTERM:
+        return JobStatus(JobState.PREEMPTED, message="ended by SIGTERM from outside")
+    if number in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        return JobStatus(JobState.KILLED, message=f"ended by {name} from outside")
+    return JobStatus(JobState.FAILED, "code", f"the job died of {name}")
+
+
 class LocalExecutor:
     name = "local"
 
@@ -129,18 +155,21 @@ class LocalExecutor:
 
     @staticmethod
     def _status_from_exit(ended: dict[str, object]) -> JobStatus:
+        """How the job ended, from the evidence its supervisor wrote: never a guess."""
         returncode = ended.get("returncode")
         reason = ended.get("reason")
         if reason == "canceled":
             return JobStatus(JobState.STOPPED, message="stopped on request")
+        if reason == "preempted":
+            return JobStatus(
+                JobState.PREEMPTED, message="the job's supervisor got SIGTERM from outside"
+            )
         if reason == "time_limit":
             return JobStatus(JobState.FAILED, "timeout", "the time limit was reached")
         if returncode == 0:
             return JobStatus(JobState.SUCCEEDED)
-        if returncode == -signal.SIGKILL:
-            return JobStatus(
-                JobState.FAILED, "oom", "killed by SIGKILL (most likely the kernel's OOM killer)"
-            )
+        if isinstance(returncode, int) and returncode < 0:
+            return _status_from_signal(-returncode, ended)
         if returncode == 2:
             return JobStatus(JobState.FAILED, "config", "the job refused its config (exit 2)")
         return JobStatus(JobState.FAILED, "code", f"the job exited with {returncode}")
@@ -151,6 +180,7 @@ class LocalExecutor:
             return
         supervisor = _int(_read_json(workdir / "supervisor.json"), "pid")
         if supervisor is not None and _alive(supervisor, workdir):
+            (workdir / "cancel").touch()  # so the supervisor tells our SIGTERM from outside's
             with contextlib.suppress(ProcessLookupError):
                 os.kill(supervisor, signal.SIGTERM)
             return

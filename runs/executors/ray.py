@@ -10,6 +10,7 @@ Ray has no time limit of its own: the reconciler stops a run that outlives its l
 from __future__ import annotations
 
 import importlib.util
+import re
 import shlex
 import sys
 from typing import Any
@@ -18,6 +19,7 @@ from django.conf import settings
 
 from runs.executors.base import ExecutorError, JobSpec, JobState, JobStatus
 
+OUT_OF_MEMORY = re.compile(r"out of memory|outofmemory|low on memory|\boom\b")
 RAY_STATES = {
     "PENDING": JobState.PENDING,
     "RUNNING": JobState.RUNNING,
@@ -25,6 +27,31 @@ RAY_STATES = {
     "FAILED": JobState.FAILED,
     "STOPPED": JobState.STOPPED,
 }
+
+
+def ray_status(
+    state: JobState, *, message: str, error_type: str, exit_code: int | None
+) -> JobStatus:
+    """How a Ray job ended, from Ray's own reason (its message and error type) and the
+    driver's exit code. A job stopped or failed with a preemption reason is preempted (the
+    run is requeued); a SIGKILL is an OOM only when Ray says memory ran out."""
+    reason = f"{message} {error_type}".lower()
+    if state in {JobState.FAILED, JobState.STOPPED} and "preempt" in reason:
+        return JobStatus(JobState.PREEMPTED, message=message or error_type)
+    if state != JobState.FAILED:
+        return JobStatus(state, message=message)
+    if "supervisor" in error_type.lower():
+        return JobStatus(JobState.MISSING, message=message or error_type)
+    if OUT_OF_MEMORY.search(reason):
+        return JobStatus(JobState.FAILED, "oom", message or "Ray reports the job ran out of memory")
+    if exit_code in (-9, 137):
+        return JobStatus(
+            JobState.KILLED,
+            message=f"killed by SIGKILL (exit code {exit_code}); Ray gave no memory reason"
+            + (f": {message}" if message else ""),
+        )
+    kind = "config" if exit_code == 2 else "code"
+    return JobStatus(JobState.FAILED, kind, message or f"exit code {exit_code}")
 
 
 class RayExecutor:
@@ -93,13 +120,12 @@ class RayExecutor:
                 return JobStatus(JobState.MISSING, message=f"Ray has no job {external_id}")
             raise ExecutorError(str(exc)) from exc
         state = RAY_STATES.get(str(getattr(info.status, "value", info.status)), JobState.MISSING)
-        if state != JobState.FAILED:
-            return JobStatus(state, message=info.message or "")
-        exit_code = getattr(info, "driver_exit_code", None)
-        kind = {2: "config", -9: "oom", 137: "oom"}.get(exit_code or 0, "code")
-        if info.error_type and "SUPERVISOR" in str(info.error_type).upper():
-            return JobStatus(JobState.MISSING, message=info.message or str(info.error_type))
-        return JobStatus(JobState.FAILED, kind, info.message or f"exit code {exit_code}")
+        return ray_status(
+            state,
+            message=info.message or "",
+            error_type=str(info.error_type or ""),
+            exit_code=getattr(info, "driver_exit_code", None),
+        )
 
     def cancel(self, external_id: str) -> None:
         client = self._client()

@@ -4,7 +4,11 @@ Started by ``LocalExecutor.submit`` in its own session, it outlives the Celery w
 started it, so a worker restart loses nothing: the job's end is written to ``exit.json`` in
 the job's working directory for whoever polls next. The job itself runs in its own process
 group; a time limit or a cancel (SIGTERM to this supervisor) sends SIGTERM to that group,
-waits the grace period, then SIGKILL. Imports nothing from Django, to start fast.
+waits the grace period, then SIGKILL. A cancel is a SIGTERM after the executor wrote a
+``cancel`` file; a SIGTERM without one came from outside (the machine is going away) and
+is recorded as a preemption. The cgroup's OOM-kill counter is read before and after the job,
+so a SIGKILL is put down to the OOM killer only on that evidence. Imports nothing from
+Django, to start fast.
 """
 
 from __future__ import annotations
@@ -18,6 +22,8 @@ import subprocess
 import time
 from pathlib import Path
 from types import FrameType
+
+from runs.agent import oom_counter
 
 
 def write_json_atomically(path: Path, data: dict[str, object]) -> None:
@@ -48,6 +54,7 @@ def supervise(argv: list[str], workdir: Path, time_limit: float, grace: float) -
         canceled = True
 
     signal.signal(signal.SIGTERM, on_sigterm)
+    oom_before, cgroup = oom_counter()
     started = time.monotonic()
     with (workdir / "log.txt").open("ab") as log:
         child = subprocess.Popen(  # noqa: S603  (argv comes from the recipe's command template)
@@ -67,16 +74,27 @@ def supervise(argv: list[str], workdir: Path, time_limit: float, grace: float) -
         if returncode is not None:
             break
         if canceled or time.monotonic() - started > time_limit:
-            reason = "canceled" if canceled else "time_limit"
+            if canceled:
+                reason = "canceled" if (workdir / "cancel").exists() else "preempted"
+            else:
+                reason = "time_limit"
             stop_group(child, grace)
             break
         time.sleep(0.1)
     returncode = child.wait()
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(child.pid, signal.SIGKILL)  # leftovers of the job's group go with it
+    oom_after, _ = oom_counter()
+    oom_kills = None if oom_before is None or oom_after is None else oom_after - oom_before
     write_json_atomically(
         workdir / "exit.json",
-        {"returncode": returncode, "reason": reason, "seconds": time.monotonic() - started},
+        {
+            "returncode": returncode,
+            "reason": reason,
+            "seconds": time.monotonic() - started,
+            "oom_kills": oom_kills,
+            "cgroup": cgroup,
+        },
     )
     return 0
 

@@ -20,7 +20,7 @@ class Migration(migrations.Migration):
         ),
         migrations.AddField(
             model_name='run',
-            name='artifacts',
+            name='tracker_artifacts',
             field=models.JSONField(blank=True, default=list, help_text='Artifacts a tracker reported: links, never files.'),
         ),
         migrations.AddField(

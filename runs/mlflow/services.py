@@ -39,6 +39,7 @@ from runs.mlflow.errors import (
     PERMISSION_DENIED,
     REQUEST_LIMIT_EXCEEDED,
     RESOURCE_ALREADY_EXISTS,
+    RESOURCE_CONFLICT,
     RESOURCE_DOES_NOT_EXIST,
     UNAUTHENTICATED,
     MlflowError,
@@ -93,11 +94,22 @@ def _writable_run(caller: Caller, run_id: int, *, lock: bool = False) -> Run:
         raise MlflowError(
             PERMISSION_DENIED, f"This run token belongs to run {caller.run_id}, not run {run.pk}."
         )
+    if caller.run_id is not None:
+        _run_token_may_write(run)
     if caller.user is not None and not is_maintainer(caller.user):
         raise MlflowError(PERMISSION_DENIED, "Only maintainers write runs with an API token.")
     if run.tracker_deleted_at is not None:
         raise invalid(f"The run {run.pk} must be in the 'active' state. Current state is deleted.")
     return run
+
+
+def _run_token_may_write(run: Run) -> None:
+    """The rule of every runner door (``queue.run_token_refusal``): an ended run's token
+    writes nothing more (409), and a token expires with its run's time limit and grace (401)."""
+    refusal = queue.run_token_refusal(run=run, write=True)
+    if refusal is not None:
+        code = UNAUTHENTICATED if refusal.status_code == 401 else RESOURCE_CONFLICT
+        raise MlflowError(code, refusal.message)
 
 
 def _heartbeat(run_id: int) -> None:
@@ -121,7 +133,8 @@ def experiment_create(*, caller: Caller, name: str) -> str:
     if caller.run_id is None and caller.user is None:
         raise MlflowError(UNAUTHENTICATED, "Writes need a token (MLFLOW_TRACKING_TOKEN).")
     if caller.run_id is not None:
-        run = Run.objects.only("pk", "plan_id").get(pk=caller.run_id)
+        run = Run.objects.get(pk=caller.run_id)
+        _run_token_may_write(run)
         tracker_reports.run_tracker_report(
             run_id=run.pk, tags={"marin.experiment_name": name[:500]}
         )
@@ -163,6 +176,7 @@ def run_create(
                 f"This run token belongs to run {run.pk} of experiment {run.plan_id} "
                 f"(plan-{run.plan_id}), not experiment {experiment_id}.",
             )
+        _run_token_may_write(run)
         if run.state != RunState.RUNNING:
             raise invalid(f"Run {run.pk} is {run.state}; only a running run is reported to.")
     else:

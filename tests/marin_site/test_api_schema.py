@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import yaml
 from django.core.management import call_command
+from django.test import Client
 
 pytestmark = pytest.mark.django_db
 
@@ -40,9 +41,18 @@ def test_every_read_is_open_to_visitors(schema: dict[str, Any]) -> None:
 def test_every_write_documents_its_refusals(schema: dict[str, Any]) -> None:
     for path, method, op in _operations(schema):
         if method in {"post", "put", "patch", "delete"}:
-            assert {"400", "401", "403", "413"} <= set(op["responses"]), (method, path)
+            assert {"400", "401", "403", "413", "415"} <= set(op["responses"]), (method, path)
             if "{" in path:
                 assert {"404", "409"} <= set(op["responses"]), (method, path)
+
+
+def test_a_body_of_a_media_type_nothing_parses_is_a_documented_415(
+    schema: dict[str, Any],
+) -> None:
+    # The agent's register door parses its body before any account is known.
+    answer = Client().post("/api/v1/agent/register/", data="name=x", content_type="text/plain")
+    assert answer.status_code == 415
+    assert "415" in schema["paths"]["/api/v1/agent/register/"]["post"]["responses"]
 
 
 def test_a_transition_refusal_names_the_allowed_states(schema: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
 from proposals.models import Outcome, Proposal, State
-from runs.models import Recipe
+from runs.models import Pool, Recipe
 
 pytestmark = pytest.mark.django_db
 
@@ -33,6 +33,12 @@ def test_seed_demo_fills_every_state_and_is_idempotent(settings: Any) -> None:
         "marin-moe": "ray",
     }
     assert "carla (contributor)" in out.getvalue()
+    pool = Pool.objects.get()  # a pool for runs on anyone's compute, owned by a contributor
+    assert (pool.name, pool.owner.username, pool.recipes) == (
+        "community-gpus",
+        "carla",
+        ["tiny-moe"],
+    )
 
     count = Proposal.objects.count()
     again = StringIO()

@@ -43,7 +43,9 @@ def frozen_plan(
 def launched_plan(recipe: Recipe, spec: str = TWO_POINT_SPEC, **kwargs: Any) -> Plan:
     """A plan launched and expanded (the nudges of the launch are not run)."""
     launch_kwargs = {
-        k: kwargs.pop(k) for k in ("executor", "max_concurrent_runs", "criteria") if k in kwargs
+        k: kwargs.pop(k)
+        for k in ("executor", "max_concurrent_runs", "criteria", "git_ref")
+        if k in kwargs
     }
     plan = frozen_plan(recipe, spec, **kwargs)
     with transaction.atomic():

@@ -123,7 +123,18 @@ def test_recipe_with_an_unknown_executor_is_refused(api_as: Any, maintainer: Any
     response = api_as(maintainer).post(RECIPES, data, format="json")
 
     assert response.status_code == 400
-    assert response.json() == {"executor": ['"kubernetes" is not a valid choice.']}
+    assert list(response.json()) == ["executor"]
+    assert "'kubernetes' is no executor" in response.json()["executor"][0]
+    assert not Recipe.objects.exists()
+
+
+def test_recipe_for_a_pool_that_does_not_exist_is_refused(api_as: Any, maintainer: Any) -> None:
+    data = marin_data() | {"executor": "pool:nowhere"}
+
+    response = api_as(maintainer).post(RECIPES, data, format="json")
+
+    assert response.status_code == 400
+    assert response.json() == {"executor": ["there is no pool named 'nowhere'"]}
     assert not Recipe.objects.exists()
 
 

@@ -58,20 +58,92 @@ def test_submitting_twice_starts_one_job(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("code", "state", "kind"),
+    ("code", "state", "kind", "words"),
     [
-        ("raise SystemExit(1)", JobState.FAILED, "code"),
-        ("raise SystemExit(2)", JobState.FAILED, "config"),
-        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", JobState.FAILED, "oom"),
+        ("raise SystemExit(1)", JobState.FAILED, "code", "exited with 1"),
+        ("raise SystemExit(2)", JobState.FAILED, "config", "exit 2"),
+        (
+            "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+            JobState.KILLED,
+            "",
+            "killed by SIGKILL from outside",
+        ),
+        (
+            "import os, signal; os.kill(os.getpid(), signal.SIGTERM)",
+            JobState.PREEMPTED,
+            "",
+            "SIGTERM from outside",
+        ),
+        (
+            "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)",
+            JobState.FAILED,
+            "code",
+            "SIGSEGV",
+        ),
     ],
 )
-def test_exit_codes_map_to_failure_kinds(
-    tmp_path: Path, code: str, state: JobState, kind: str
+def test_exit_codes_and_signals_map_to_states_from_evidence(
+    tmp_path: Path, code: str, state: JobState, kind: str, words: str
 ) -> None:
     executor = LocalExecutor(grace_seconds=1)
     external_id = executor.submit(job(tmp_path, code))
     assert wait_for(lambda: done(executor, external_id)) == state
-    assert executor.poll(external_id).failure_kind == kind
+    status = executor.poll(external_id)
+    assert status.failure_kind == kind
+    assert words in status.message
+    assert "most likely" not in status.message
+
+
+@pytest.mark.parametrize(
+    ("evidence", "state", "kind", "words"),
+    [
+        (
+            {"oom_kills": 1, "cgroup": "/sys/fs/cgroup/job"},
+            JobState.FAILED,
+            "oom",
+            "oom_kill +1 in /sys/fs/cgroup/job",
+        ),
+        (
+            {"oom_kills": 0, "cgroup": "/sys/fs/cgroup/job"},
+            JobState.KILLED,
+            "",
+            "no OOM kill was counted",
+        ),
+        ({"oom_kills": None, "cgroup": ""}, JobState.KILLED, "", "no OOM counter could be read"),
+    ],
+)
+def test_a_sigkill_is_an_oom_only_when_the_cgroup_counted_one(
+    evidence: dict[str, object], state: JobState, kind: str, words: str
+) -> None:
+    status = LocalExecutor._status_from_exit(
+        {"returncode": -signal.SIGKILL, "reason": "exited", **evidence}
+    )
+
+    assert (status.state, status.failure_kind) == (state, kind)
+    assert words in status.message
+
+
+def test_the_supervisor_records_the_cgroup_s_oom_counter(tmp_path: Path) -> None:
+    from runs.agent import oom_counter
+
+    executor = LocalExecutor(grace_seconds=1)
+    external_id = executor.submit(job(tmp_path, "pass"))
+    wait_for(lambda: done(executor, external_id))
+    ended = json.loads((tmp_path / "job" / "exit.json").read_text())
+    count, cgroup = oom_counter()
+    assert ended["cgroup"] == cgroup
+    assert ended["oom_kills"] == (0 if count is not None else None)
+
+
+def test_sigterm_to_the_supervisor_from_outside_is_a_preemption(tmp_path: Path) -> None:
+    executor = LocalExecutor(grace_seconds=0.5)
+    external_id = executor.submit(job(tmp_path, "import time; time.sleep(60)"))
+    wait_for((tmp_path / "job" / "child.json").exists)
+    supervisor = json.loads((tmp_path / "job" / "child.json").read_text())["supervisor"]
+
+    os.kill(supervisor, signal.SIGTERM)  # the machine is going away; nobody asked to cancel
+
+    assert wait_for(lambda: done(executor, external_id), timeout=10) == JobState.PREEMPTED
 
 
 def test_time_limit_stops_the_job(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from django.core.cache import cache
 
 from runs import queue, services
 from runs.executors import ExecutorError, JobSpec, JobState
-from runs.executors.ray import RayExecutor
+from runs.executors.ray import RayExecutor, ray_status
 from runs.models import MetricPoint, PlanLaunch, Run, RunState
 from tests.runs.runs_helpers import (  # noqa: F401
     eager_tasks,
@@ -199,3 +199,50 @@ def test_tiny_recipe_runs_on_ray_and_a_job_stopped_behind_our_back_crashes(
     assert summary is not None
     assert summary["states"] == {"finished": 1, "crashed": 1}
     assert json.dumps(summary)
+
+
+@pytest.mark.parametrize(
+    ("state", "message", "error_type", "exit_code", "expected", "kind"),
+    [
+        (
+            JobState.STOPPED,
+            "Job was stopped: node preempted by the cloud",
+            "",
+            None,
+            JobState.PREEMPTED,
+            "",
+        ),
+        (
+            JobState.FAILED,
+            "The node running the job was PREEMPTED",
+            "",
+            -15,
+            JobState.PREEMPTED,
+            "",
+        ),
+        (
+            JobState.FAILED,
+            "Task was killed due to the node running low on memory.",
+            "",
+            -9,
+            JobState.FAILED,
+            "oom",
+        ),
+        (JobState.FAILED, "", "", 137, JobState.KILLED, ""),
+        (JobState.FAILED, "no room left on device", "", 1, JobState.FAILED, "code"),
+        (JobState.FAILED, "", "", 2, JobState.FAILED, "config"),
+        (JobState.FAILED, "driver died", "JOB_SUPERVISOR_ACTOR_DIED", None, JobState.MISSING, ""),
+        (JobState.STOPPED, "Job was intentionally stopped.", "", None, JobState.STOPPED, ""),
+    ],
+)
+def test_a_ray_job_s_end_is_classified_from_ray_s_own_reason(
+    state: JobState,
+    message: str,
+    error_type: str,
+    exit_code: int | None,
+    expected: JobState,
+    kind: str,
+) -> None:
+    status = ray_status(state, message=message, error_type=error_type, exit_code=exit_code)
+
+    assert (status.state, status.failure_kind) == (expected, kind)

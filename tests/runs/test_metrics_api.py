@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -452,10 +453,56 @@ def test_run_list_and_detail_are_public(
         listing = api.get("/api/v1/runs/")
     assert listing.status_code == 200
     assert listing.json()["count"] == 2
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(4):  # the run, its summaries, events and artifacts
         detail = api.get(f"/api/v1/runs/{run.pk}/")
     body = detail.json()
     assert body["state"] == "running"
     assert body["summaries"][0]["key"] == "train/loss"
     assert [e["verb"] for e in body["events"]] == ["queued", "running"]
     assert "token" not in json.dumps(body).lower() or body["secret_env_names"] == []
+
+
+# A run's token ends: no write once the run is terminal, none at all past its lifetime.
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("tracker-metrics/", {"jsonl": '{"summary": {"eval/loss": 0.1}, "config": {}}\n'}),
+        ("metrics/", batch("eval/loss", range(1))),
+        ("heartbeat/", {}),
+        ("status/", {"state": "finished"}),
+    ],
+)
+def test_a_finished_run_s_token_writes_nothing_more(
+    api: APIClient, running: tuple[Run, str], path: str, body: Any
+) -> None:
+    run, token = running
+    assert (
+        post(api, run, token, "metrics/", batch("eval/loss", range(3), value=2.0)).status_code
+        == 200
+    )
+    assert post(api, run, token, "status/", {"state": "finished"}).status_code == 200
+    before = Run.objects.get(pk=run.pk)
+    points = MetricPoint.objects.filter(run=run).count()
+    response = post(api, run, token, path, body)
+    assert response.status_code == 409, response.content
+    assert "ended" in response.json()["detail"]
+    after = Run.objects.get(pk=run.pk)
+    assert (after.state, after.final_metrics) == (before.state, before.final_metrics)
+    assert MetricPoint.objects.filter(run=run).count() == points
+
+
+def test_a_run_token_expires_after_the_time_limit_and_grace(
+    api: APIClient, running: tuple[Run, str], settings: Any
+) -> None:
+    run, token = running
+    settings.RUNS_TOKEN_GRACE_SECONDS = 60
+    assert post(api, run, token, "heartbeat/", {}).status_code == 200
+    Run.objects.filter(pk=run.pk).update(
+        started_at=timezone.now() - timedelta(seconds=run.time_limit_seconds + 61)
+    )
+    response = post(api, run, token, "metrics/", batch("train/loss", range(2)))
+    assert response.status_code == 401
+    assert "expired" in response.json()["detail"]
+    assert not MetricPoint.objects.filter(run=run).exists()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 import requests
 from django.db import connections
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from runs import queue
@@ -409,13 +411,51 @@ def test_metrics_after_the_run_ended_are_refused(job: tuple[Run, str], live_serv
     response = call(
         live_server, "POST", "runs/log-batch", {"run_id": str(run.pk), "metrics": [metric()]}, token
     )
-    assert response.status_code == 400
-    assert "must be running" in response.json()["message"]
+    assert response.status_code == 409
+    assert "its token writes nothing more" in response.json()["message"]
     again = call(
         live_server, "POST", "runs/update", {"run_id": str(run.pk), "status": "RUNNING"}, token
     )
-    assert again.status_code == 400
+    assert again.status_code == 409
     assert not MetricPoint.objects.filter(run=run).exists()
+
+
+def test_an_ended_or_expired_run_token_writes_nothing_through_mlflow(
+    job: tuple[Run, str], live_server: Any, settings: Any
+) -> None:
+    """The runner doors' token rule (queue.run_token_refusal) holds at the MLflow door too:
+    409 once the run is terminal, whatever the write; 401 past its time limit and grace."""
+    run, token = job
+    writes = (
+        ("runs/log-batch", {"run_id": str(run.pk), "metrics": [metric()]}),
+        ("runs/log-metric", {"run_id": str(run.pk), **metric()}),
+        ("runs/log-parameter", {"run_id": str(run.pk), "key": "lr", "value": "0.1"}),
+        ("runs/set-tag", {"run_id": str(run.pk), "key": "a", "value": "b"}),
+        ("runs/update", {"run_id": str(run.pk), "status": "FINISHED"}),
+        ("runs/create", {"experiment_id": str(run.plan_id)}),
+        ("experiments/create", {"name": "late"}),
+    )
+    settings.RUNS_TOKEN_GRACE_SECONDS = 60
+    Run.objects.filter(pk=run.pk).update(
+        started_at=timezone.now() - timedelta(seconds=run.time_limit_seconds + 61)
+    )
+    for path, body in writes:
+        expired = call(live_server, "POST", path, body, token)
+        assert expired.status_code == 401, (path, expired.text)
+        assert expired.json()["error_code"] == "UNAUTHENTICATED"
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now())
+    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    before = stored(run)
+    for path, body in writes:
+        ended = call(live_server, "POST", path, body, token)
+        assert ended.status_code == 409, (path, ended.text)
+        assert ended.json()["error_code"] == "RESOURCE_CONFLICT"
+        assert "has ended (finished)" in ended.json()["message"]
+    assert stored(run) == before
+    run.refresh_from_db()
+    assert run.state == RunState.FINISHED and run.tracker_tags == {}
+    # reads stay public
+    assert call(live_server, "GET", "runs/get", {"run_id": str(run.pk)}).status_code == 200
 
 
 def test_wrong_method_and_non_json_bodies_answer_in_mlflows_shape(

@@ -28,6 +28,7 @@ from tests.runs.runs_helpers import eager_tasks, launched_plan, wait_for  # noqa
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 
+ONE_RUN = ""  # the baseline alone
 SLEEPER = '{python} -c "import time; time.sleep(60)"'
 QUICK = "{python} -c \"import json; json.load(open('{config_path}'))\""
 THREE_POINTS = """axes:
@@ -202,7 +203,7 @@ def test_cancel_a_running_run_stops_its_process(
         os.killpg(pgid, 0)
 
 
-def test_killed_process_is_reconciled_to_failed(
+def test_a_process_killed_from_outside_is_reconciled_to_killed_not_oom(
     recipe: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     plan = with_command(launched_plan(recipe), SLEEPER)
@@ -211,8 +212,80 @@ def test_killed_process_is_reconciled_to_failed(
     assert run is not None
     wait_for((Path(run.output_path) / "child.json").exists)
     os.kill(json.loads((Path(run.output_path) / "child.json").read_text())["pid"], signal.SIGKILL)
-    done = settle(run, {RunState.FAILED, RunState.CRASHED}, django_capture_on_commit_callbacks)
-    assert (done.state, done.failure_kind) == (RunState.FAILED, "oom")
+    done = settle(
+        run,
+        {RunState.FAILED, RunState.CRASHED, RunState.KILLED},
+        django_capture_on_commit_callbacks,
+    )
+    assert (done.state, done.failure_kind) == (RunState.KILLED, "")
+    assert "killed by SIGKILL from outside" in done.state_reason
+    assert "OOM killer" not in done.state_reason
+
+
+def test_a_local_job_ending_on_sigterm_from_outside_requeues_the_same_run(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """Preemption: the run keeps its points and goes on as its next attempt, in a new
+    working directory; a resent step overwrites (the upsert)."""
+    from runs import metrics
+
+    plan = with_command(launched_plan(recipe, ONE_RUN), SLEEPER)
+    dispatch(django_capture_on_commit_callbacks)
+    run = Run.objects.get(plan=plan)
+    batch = metrics.points_parse(
+        data={"points": [{"key": "train/loss", "step": s, "value": 1.0} for s in (1, 2)]}
+    )
+    metrics.metrics_ingest(run=run, batch=batch)
+    wait_for((Path(run.output_path) / "child.json").exists)
+    child = json.loads((Path(run.output_path) / "child.json").read_text())
+
+    os.killpg(child["pgid"], signal.SIGTERM)  # the machine is going away
+
+    done = settle(run, {RunState.QUEUED, RunState.FAILED}, django_capture_on_commit_callbacks)
+    assert (done.state, done.attempt) == (RunState.QUEUED, 2)
+    assert [e.verb for e in done.events.order_by("pk")][-2:] == ["preempted", "queued"]
+    dispatch(django_capture_on_commit_callbacks)
+    again = Run.objects.get(pk=run.pk)
+    assert (again.state, again.attempt) == (RunState.RUNNING, 2)
+    assert again.output_path.endswith("attempt-2")
+    assert again.points.count() == 2  # attempt 1's points are kept
+    metrics.metrics_ingest(
+        run=again,
+        batch=metrics.points_parse(
+            data={"points": [{"key": "train/loss", "step": 2, "value": 0.5}]}
+        ),
+    )
+    assert sorted(again.points.values_list("step", "value")) == [(1, 1.0), (2, 0.5)]
+
+
+def test_the_pinned_git_ref_and_attempt_reach_a_local_job(
+    recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    pinned = "9f3c2a1b" * 5
+    plan = launched_plan(recipe, ONE_RUN, git_ref=pinned)
+    with_command(
+        plan, "{python} -c \"import json, os; json.dump(dict(os.environ), open('env.json', 'w'))\""
+    )
+    dispatch(django_capture_on_commit_callbacks)
+    run = Run.objects.get(plan=plan)
+    assert run.git_sha == pinned
+    settle(run, {RunState.FINISHED}, django_capture_on_commit_callbacks)
+    env = json.loads((Path(run.output_path) / "env.json").read_text())
+    assert (env["RUN_GIT_SHA"], env["RUN_GIT_REF"], env["RUN_ATTEMPT"]) == (pinned, pinned, "1")
+
+
+def test_a_recipe_s_time_limit_reaches_its_runs(recipe: Any, settings: Any) -> None:
+    settings.RUNS_TIME_LIMIT_SECONDS = 3600
+    two_weeks = 14 * 24 * 3600
+    recipe.time_limit_seconds = two_weeks
+    recipe.save()
+    long = launched_plan(recipe, ONE_RUN)
+    recipe.time_limit_seconds = None
+    recipe.save()
+    default = launched_plan(recipe, ONE_RUN)
+
+    assert Run.objects.get(plan=long).time_limit_seconds == two_weeks
+    assert Run.objects.get(plan=default).time_limit_seconds == 3600
 
 
 def test_vanished_job_is_reconciled_to_crashed(

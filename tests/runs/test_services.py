@@ -462,3 +462,24 @@ def test_a_refused_recipe_update_records_nothing(recipe: Any, maintainer: Any) -
             recipe=recipe, data={"default_config": {"steps": "many"}}, actor=maintainer
         )
     assert not recipe.events.exists()
+
+
+@pytest.mark.parametrize("limit", [59, 91 * 24 * 3600, "3600", 1.5])
+def test_recipe_time_limit_out_of_range_is_refused(limit: Any) -> None:
+    with pytest.raises(ValidationError) as refused:
+        services.recipe_validate(data={**copy.deepcopy(TINY_MOE), "time_limit_seconds": limit})
+    assert list(refused.value.message_dict) == ["time_limit_seconds"]
+
+
+def test_recipe_time_limit_of_two_weeks_is_accepted() -> None:
+    services.recipe_validate(data={**copy.deepcopy(TINY_MOE), "time_limit_seconds": 14 * 86400})
+
+
+@pytest.mark.django_db
+def test_recipe_for_a_pool_that_may_not_run_it_is_refused(maintainer: Any) -> None:
+    from runs.pools.models import Pool
+
+    Pool.objects.create(name="lab", owner=maintainer, recipes=["marin-moe"])
+    with pytest.raises(ValidationError) as refused:
+        services.recipe_validate(data={**copy.deepcopy(TINY_MOE), "executor": "pool:lab"})
+    assert refused.value.message_dict == {"executor": ["pool 'lab' may not run recipe 'tiny-moe'"]}

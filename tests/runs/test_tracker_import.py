@@ -43,7 +43,7 @@ def snapshot(run: Run) -> tuple[Any, ...]:
         ),
         run.final_metrics,
         run.tracker_config,
-        run.artifacts,
+        run.tracker_artifacts,
     )
 
 
@@ -63,7 +63,7 @@ def test_every_step_of_every_key_the_config_and_the_summary_are_imported(
     run.refresh_from_db()
     assert run.tracker_config == {"model": {"width": 32}, "lr": 0.003}
     assert run.final_metrics == {"parameter_count": 1234.0, "train/loss": 2.1, "eval/loss": 2.4}
-    assert run.artifacts == [
+    assert run.tracker_artifacts == [
         {"uri": "gs://bucket/ckpt/step-10", "name": "checkpoint", "type": "model"}
     ]
     assert upload.points_written == 49 + 50 + 50

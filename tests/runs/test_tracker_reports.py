@@ -55,7 +55,9 @@ def test_config_summary_and_artifacts_merge_into_the_run(running: tuple[Run, str
     run.refresh_from_db()
     assert run.tracker_config == {"lr": 0.1, "model": {"width": 32}, "steps": 10}
     assert run.final_metrics == {"eval/loss": 2.5, "ok": 3.0}
-    assert run.artifacts == [{"uri": "https://example.org/ckpt", "name": "ckpt", "type": ""}]
+    assert run.tracker_artifacts == [
+        {"uri": "https://example.org/ckpt", "name": "ckpt", "type": ""}
+    ]
 
 
 @pytest.mark.parametrize(
@@ -74,7 +76,7 @@ def test_bad_reports_are_refused_and_change_nothing(running: tuple[Run, str], bo
     run, token = running
     assert report(run, token, body).status_code == 400
     run.refresh_from_db()
-    assert run.tracker_config is None and run.final_metrics == {} and run.artifacts == []
+    assert run.tracker_config is None and run.final_metrics == {} and run.tracker_artifacts == []
 
 
 def test_a_token_reports_for_its_own_run_only(running: tuple[Run, str]) -> None:

@@ -21,11 +21,19 @@ from marin_site.roles import ROLES
 from proposals import services
 from proposals.models import Proposal
 from runs.demo_recipes import DEMO_RECIPES
-from runs.models import Recipe
+from runs.models import Pool, Recipe
+from runs.pools.services import pool_create
 from runs.services import recipe_create
 
 DEMO_PASSWORD = "marin-demo"  # noqa: S105 (demo accounts, printed on purpose)
 DEMO_USERS = [("carla", "contributor"), ("rita", "reviewer"), ("max", "maintainer")]
+DEMO_POOL: dict[str, Any] = {
+    "name": "community-gpus",
+    "description": "Carla's workstation and lab GPUs, lent to the project's small runs.",
+    "labels": ["gpu:a5000", "cpu:x86"],
+    "recipes": ["tiny-moe"],
+    "max_concurrent_runs": 2,
+}
 
 SPEC_CF = """axes:
   capacity_factor: [1.0, 1.25]
@@ -209,6 +217,11 @@ class Command(BaseCommand):
         for data in DEMO_RECIPES:
             recipe = Recipe.objects.filter(name=data["name"], version=data["version"]).first()
             recipes[data["name"]] = recipe or recipe_create(actor=users["max"], data=dict(data))
+
+        if not Pool.objects.filter(name=DEMO_POOL["name"]).exists():
+            # Carla's own GPUs, for runs on anyone's compute: its page shows how to register
+            # an agent; the demo recipes still run where they did, so nothing waits for it.
+            pool_create(actor=users["max"], data=dict(DEMO_POOL), owner=users["carla"])
 
         if Proposal.objects.exists():
             self.stdout.write(

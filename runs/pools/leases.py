@@ -1,0 +1,538 @@
+"""Leases: how an agent holds one run at a time, and what happens when it stops holding it.
+
+The lease is the truth about who executes a run. An agent leases one offered run at a time
+(``SELECT ... FOR UPDATE SKIP LOCKED``, so 200 agents asking at once each get a different
+run without waiting for one another), renews the lease while the job runs, and reports how
+it ended. A lease that is not renewed in time is lost: its run goes back to ``queued`` as
+the same run with the next attempt (and is offered again at once, keeping its slot), and
+anything the old lease or its job says afterwards is refused with 409. Each lease and its
+run are locked together, so a renewal and an expiry, or a report and a revocation, never
+both win.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from marin_site.errors import ActionForbidden, DomainError
+from runs.models import FailureKind, Run, RunState
+from runs.pools import wakeup
+from runs.pools.models import Agent, Lease, LeaseEnd, Pool
+
+REPORT_OUTCOMES = ("exited", "preempted", "canceled", "time_limit", "start_failed")
+
+
+class LeaseGone(DomainError):
+    """The lease ended (lost, revoked, reported, settled): its holder may no longer act (409)."""
+
+    status_code = 409
+
+
+class LeaseNotFound(DomainError):
+    status_code = 404
+
+
+class LogTooLarge(DomainError):
+    status_code = 413
+
+
+def clean_text(value: Any, field: str, *, max_length: int, required: bool = False) -> str:
+    if value is None:
+        value = ""
+    if not isinstance(value, str):
+        raise ValidationError({field: ["must be a string"]})
+    if any(ord(c) < 32 and c not in "\t\n\r" for c in value) or "\x7f" in value:
+        raise ValidationError({field: ["must not contain control characters"]})
+    value = value.strip()
+    if required and not value:
+        raise ValidationError({field: ["is required"]})
+    if len(value) > max_length:
+        raise ValidationError({field: [f"is at most {max_length} characters"]})
+    return value
+
+
+def _lease_seconds() -> int:
+    return int(settings.RUNS_AGENT_LEASE_SECONDS)
+
+
+def _run_requeue(*, run_id: int, attempt: int, message: str, actor_label: str = "") -> Run:
+    """The attempt held by a lease is over without an ending of its own (lost, revoked,
+    abandoned, preempted): the same run goes back to the queue with the next attempt and is
+    offered to the pool again at once, keeping its slot; after its last attempt it fails."""
+    from marin_site.doors import Door
+    from runs.queue import run_transition
+
+    run = Run.objects.select_for_update().get(pk=run_id)
+    if run.state != RunState.RUNNING or run.attempt != attempt:
+        return run  # settled already, by its own report or another door
+    if run.cancel_requested_at is not None:
+        return run_transition(
+            run_id=run_id,
+            to_state=RunState.KILLED,
+            door=Door.AGENT,
+            actor_label=actor_label,
+            message=f"stopped on request ({message})",
+        )
+    run_transition(
+        run_id=run_id,
+        to_state=RunState.PREEMPTED,
+        failure_kind=FailureKind.PREEMPTED,
+        door=Door.AGENT,
+        actor_label=actor_label,
+        message=message,
+    )
+    if run.attempt >= run.max_attempts:
+        return run_transition(
+            run_id=run_id,
+            to_state=RunState.FAILED,
+            failure_kind=FailureKind.PREEMPTED,
+            door=Door.WORKER,
+            message=f"preempted or lost on each of its {run.max_attempts} attempts",
+        )
+    pool = Pool.objects.filter(name=run.executor.removeprefix("pool:")).first()
+    offer = pool is not None and pool.retired_at is None
+    run = run_transition(
+        run_id=run_id,
+        to_state=RunState.QUEUED,
+        door=Door.WORKER,
+        message=f"attempt {run.attempt + 1} of {run.max_attempts}"
+        + (f"; offered to {run.executor} again" if offer else ""),
+        changes={"dispatched_at": timezone.now()} if offer else None,
+    )
+    if offer and pool is not None:
+        wakeup.work_offered(pool.name)
+    return run
+
+
+def _lease_close(lease: Lease, *, reason: str, outcome: dict[str, Any] | None = None) -> None:
+    lease.ended_at = timezone.now()
+    lease.end_reason = reason
+    fields = ["ended_at", "end_reason"]
+    if outcome is not None:
+        lease.outcome = outcome
+        fields.append("outcome")
+    lease.save(update_fields=fields)
+
+
+def lease_end_and_requeue(*, lease_id: int, reason: str, message: str) -> bool:
+    """End an open lease and requeue its run (lost, revoked, abandoned); False if it had
+    ended already, or (for a lost lease) was renewed meanwhile."""
+    with transaction.atomic():
+        lease = Lease.objects.select_for_update().select_related("agent").get(pk=lease_id)
+        if lease.ended_at is not None:
+            return False
+        if reason == LeaseEnd.LOST and lease.expires_at > timezone.now():
+            return False  # renewed between the look and the lock
+        _lease_close(lease, reason=reason)
+        _run_requeue(
+            run_id=lease.run_id,
+            attempt=lease.attempt,
+            message=f"{message} (lease {lease.pk}, attempt {lease.attempt})",
+            actor_label=lease.agent.label,
+        )
+    return True
+
+
+def lease_expire(*, lease_id: int) -> bool:
+    """A lease not renewed in time is lost; its run is requeued. True if it was expired now."""
+    lease = Lease.objects.select_related("agent").filter(pk=lease_id).first()
+    if lease is None:
+        return False
+    silent = (timezone.now() - lease.renewed_at).total_seconds()
+    return lease_end_and_requeue(
+        lease_id=lease_id,
+        reason=LeaseEnd.LOST,
+        message=f"lease lost: {lease.agent.label} silent for {silent:.0f} s",
+    )
+
+
+def leases_expire_stale(*, pool: Pool | None = None) -> int:
+    """Expire every open lease past its time (of one pool, or all); the reconciler and each
+    agent's poll call this, so a dead agent's run is back in the queue soon after its lease."""
+    stale = Lease.objects.filter(ended_at__isnull=True, expires_at__lte=timezone.now())
+    if pool is not None:
+        stale = stale.filter(agent__pool=pool)
+    return sum(lease_expire(lease_id=pk) for pk in list(stale.values_list("pk", flat=True)[:500]))
+
+
+def lease_acquire(*, agent: Agent) -> Lease | None:
+    """Lease the oldest run offered to the agent's pool, or None when there is none."""
+    from marin_site.doors import Door
+    from runs.queue import PYTHON_PLACEHOLDER, run_command, run_token, run_transition
+    from runs.queue import token_hash as run_token_hash
+
+    pool = agent.pool
+    try:
+        with transaction.atomic():
+            candidates = Run.objects.select_for_update(skip_locked=True).filter(
+                executor=pool.executor,
+                state=RunState.QUEUED,
+                dispatched_at__isnull=False,
+                cancel_requested_at__isnull=True,
+            )
+            if pool.recipes:
+                candidates = candidates.filter(recipe_name__in=pool.recipes)
+            run = candidates.order_by("dispatched_at", "pk").first()
+            if run is None:
+                return None
+            now = timezone.now()
+            lease = Lease.objects.create(
+                run=run,
+                agent=agent,
+                attempt=run.attempt,
+                renewed_at=now,
+                expires_at=now + timedelta(seconds=_lease_seconds()),
+            )
+            argv = run_command(run=run, python=PYTHON_PLACEHOLDER)
+            lease.run = run_transition(
+                run_id=run.pk,
+                to_state=RunState.RUNNING,
+                door=Door.AGENT,
+                actor_label=agent.label,
+                message=f"leased by {agent.label} of pool {pool.name} (lease {lease.pk})",
+                changes={
+                    "external_id": lease.external_id,
+                    "command": shlex.join(argv),
+                    "token_hash": run_token_hash(run_token(run=run)),
+                    "output_path": "",
+                    "secret_env_names": [],
+                },
+            )
+    except IntegrityError:
+        # One open lease per agent: two polls of one agent at once; the other one won.
+        return None
+    return lease
+
+
+def lease_abandon_held(*, agent: Agent) -> int:
+    """An agent asks for work only when it runs nothing: a lease it still holds (it restarted,
+    or lost its job) is over, and its run goes back to the queue."""
+    held = list(agent.leases.filter(ended_at__isnull=True).values_list("pk", flat=True))
+    for lease_id in held:
+        lease_end_and_requeue(
+            lease_id=lease_id,
+            reason=LeaseEnd.ABANDONED,
+            message=f"{agent.label} asked for new work while holding this run",
+        )
+    return len(held)
+
+
+def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
+    """The long poll: lease a run now, or wait up to ``wait_seconds`` (capped by
+    RUNS_AGENT_POLL_SECONDS) for one to be offered. While it waits the request holds no
+    database connection; it looks again when woken and every RUNS_AGENT_RECHECK_SECONDS."""
+    pool = agent.pool.name
+    hold = max(0.0, min(float(wait_seconds), float(settings.RUNS_AGENT_POLL_SECONDS)))
+    deadline = time.monotonic() + hold
+    lease_abandon_held(agent=agent)
+    while True:
+        since = wakeup.generation(pool)
+        leases_expire_stale(pool=agent.pool)
+        lease = lease_acquire(agent=agent)
+        remaining = deadline - time.monotonic()
+        if lease is not None or remaining <= 0:
+            return lease
+        if not connection.in_atomic_block:
+            connection.close()  # 200 waiting agents must not hold 200 database connections
+        with wakeup.slot_given_up():
+            wakeup.wait_for_work(
+                pool,
+                since=since,
+                timeout=min(remaining, float(settings.RUNS_AGENT_RECHECK_SECONDS)),
+            )
+
+
+def lease_offer(*, lease: Lease) -> dict[str, Any]:
+    """What the agent needs to execute the leased run. Only this run's token; never the
+    site's own secrets (the job inherits the agent's environment for its own)."""
+    from runs.queue import PYTHON_PLACEHOLDER, run_config_file, run_job_env
+
+    run = lease.run  # as lease_acquire left it: its command is the argv, joined
+    return {
+        "lease": {
+            "id": lease.pk,
+            "expires_at": lease.expires_at.isoformat(),
+            "seconds": _lease_seconds(),
+            "renew_every": max(1.0, _lease_seconds() / 4),
+        },
+        "run": {
+            "id": run.pk,
+            "attempt": run.attempt,
+            "max_attempts": run.max_attempts,
+            "plan": run.plan_id,
+            "recipe": run.recipe_name,
+            "recipe_version": run.recipe_version,
+            "config_hash": run.config_hash,
+            "git_sha": run.git_sha,
+            "time_limit_seconds": run.time_limit_seconds,
+            "url": f"{settings.SITE_URL}{run.get_absolute_url()}",
+        },
+        "job": {
+            "argv": shlex.split(run.command),
+            "python_placeholder": PYTHON_PLACEHOLDER,
+            "env": run_job_env(run=run),
+            "files": {"config.json": run_config_file(run=run)},
+            "grace_seconds": settings.RUNS_AGENT_GRACE_SECONDS,
+        },
+    }
+
+
+def _lease_for(*, agent: Agent, lease_id: int) -> Lease:
+    """The agent's own lease, locked; 404, 403 (another agent's) or 409 (over) otherwise.
+    An open lease past its time is expired here (committed) before the 409."""
+    lease = Lease.objects.select_for_update().filter(pk=lease_id).first()
+    if lease is None:
+        raise LeaseNotFound(f"No lease {lease_id}.")
+    if lease.agent_id != agent.pk:
+        raise ActionForbidden("This lease belongs to another agent.")
+    if lease.ended_at is not None:
+        raise LeaseGone(f"Lease {lease.pk} ended ({lease.end_reason}); its run is no longer yours.")
+    return lease
+
+
+def _refuse_if_expired(*, agent: Agent, lease_id: int) -> None:
+    with transaction.atomic():
+        lease = _lease_for(agent=agent, lease_id=lease_id)
+        expired = lease.expires_at <= timezone.now()
+    if expired:
+        lease_expire(lease_id=lease_id)
+        raise LeaseGone(f"Lease {lease_id} expired before it was renewed; its run was requeued.")
+
+
+def lease_renew(*, agent: Agent, lease_id: int, log_tail: str | None = None) -> dict[str, Any]:
+    """The agent's heartbeat: the lease runs ``RUNS_AGENT_LEASE_SECONDS`` more, the run's
+    heartbeat is now, and the answer says whether the run should stop."""
+    if log_tail is not None:
+        log_tail = log_tail_check(log_tail)
+    _refuse_if_expired(agent=agent, lease_id=lease_id)
+    with transaction.atomic():
+        lease = _lease_for(agent=agent, lease_id=lease_id)
+        if lease.expires_at <= timezone.now():  # expired between the two looks
+            raise LeaseGone(f"Lease {lease_id} expired before it was renewed.")
+        now = timezone.now()
+        lease.renewed_at = now
+        lease.expires_at = now + timedelta(seconds=_lease_seconds())
+        fields = ["renewed_at", "expires_at"]
+        if log_tail is not None:
+            lease.log_tail = log_tail
+            fields.append("log_tail")
+        lease.save(update_fields=fields)
+        Run.objects.filter(pk=lease.run_id, state=RunState.RUNNING).update(heartbeat_at=now)
+        run = Run.objects.only("state", "cancel_requested_at").get(pk=lease.run_id)
+    return {
+        "lease": lease.pk,
+        "expires_at": lease.expires_at.isoformat(),
+        "run_state": run.state,
+        "cancel_requested": run.cancel_requested_at is not None,
+    }
+
+
+def log_tail_check(text: Any, field: str = "log_tail") -> str:
+    if not isinstance(text, str):
+        raise ValidationError({field: ["must be a string"]})
+    size = len(text.encode("utf-8", errors="replace"))
+    cap = int(settings.RUNS_AGENT_LOG_TAIL_BYTES)
+    if size > cap:
+        raise LogTooLarge(f"{field} is {size} bytes; send at most the last {cap} bytes.")
+    return text.replace("\x00", "\ufffd")
+
+
+@dataclass(frozen=True)
+class LeaseReport:
+    """How an agent says its job ended: the evidence, not a guess."""
+
+    outcome: str
+    exit_code: int | None = None
+    signal: int | None = None
+    oom_kills: int | None = None  # the cgroup's oom_kill counter's increase; None: unreadable
+    cgroup: str = ""
+    message: str = ""
+    log_tail: str | None = None
+
+
+def lease_report_parse(*, data: Any) -> LeaseReport:
+    """Check a report body; 400 naming the field, 413 for an oversized log tail."""
+    if not isinstance(data, dict):
+        raise ValidationError({"non_field_errors": ["send a JSON object"]})
+    unknown = sorted(set(data) - set(LeaseReport.__dataclass_fields__))
+    if unknown:
+        raise ValidationError({unknown[0][:64]: ["unknown field"]})
+    outcome = data.get("outcome")
+    if outcome not in REPORT_OUTCOMES:
+        raise ValidationError({"outcome": [f"must be one of {', '.join(REPORT_OUTCOMES)}"]})
+
+    def small_int(field: str, low: int, high: int) -> int | None:
+        value = data.get(field)
+        if value is None:
+            return None
+        if type(value) is not int or not low <= value <= high:
+            raise ValidationError({field: [f"must be an integer from {low} to {high}, or null"]})
+        return value
+
+    exit_code = small_int("exit_code", -255, 255)
+    sig = small_int("signal", 1, 64)
+    oom_kills = small_int("oom_kills", 0, 2**31)
+    if outcome == "exited" and exit_code is None and sig is None:
+        raise ValidationError({"exit_code": ["an exited job needs its exit_code or signal"]})
+    if exit_code is not None and exit_code < 0:  # Popen's spelling of "died of a signal"
+        sig, exit_code = sig or -exit_code, None
+    log_tail = data.get("log_tail")
+    return LeaseReport(
+        outcome=outcome,
+        exit_code=exit_code,
+        signal=sig,
+        oom_kills=oom_kills,
+        cgroup=clean_text(data.get("cgroup"), "cgroup", max_length=300),
+        message=clean_text(data.get("message"), "message", max_length=2_000),
+        log_tail=None if log_tail is None else log_tail_check(log_tail),
+    )
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def lease_report_classify(report: LeaseReport) -> tuple[str, str, str]:
+    """The run's next state, failure kind and message, from the evidence in the report.
+
+    A SIGKILL is put down to the OOM killer only when the cgroup's oom_kill counter rose
+    during the job; otherwise it is what it is: killed from outside. A SIGTERM that the
+    agent did not send is a preemption (the machine is going away), as is the agent's own
+    stop when it was told to stop (SIGTERM to the agent)."""
+    extra = f": {report.message}" if report.message else ""
+    if report.outcome == "preempted":
+        return RunState.PREEMPTED, FailureKind.PREEMPTED, f"the agent was stopped{extra}"
+    if report.outcome == "canceled":
+        return RunState.KILLED, FailureKind.NONE, f"stopped on request{extra}"
+    if report.outcome == "time_limit":
+        return RunState.FAILED, FailureKind.TIMEOUT, f"the time limit was reached{extra}"
+    if report.outcome == "start_failed":
+        return RunState.FAILED, FailureKind.INFRA, f"the agent could not start the job{extra}"
+    if report.signal is not None:
+        name = _signal_name(report.signal)
+        where = f" in {report.cgroup}" if report.cgroup else ""
+        if report.signal == signal.SIGKILL:
+            if report.oom_kills:
+                return (
+                    RunState.FAILED,
+                    FailureKind.OOM,
+                    f"killed by the kernel's OOM killer (oom_kill +{report.oom_kills}{where}){extra}",
+                )
+            evidence = (
+                "no OOM kill was counted" + where
+                if report.oom_kills == 0
+                else "the agent could read no OOM counter"
+            )
+            return (
+                RunState.KILLED,
+                FailureKind.NONE,
+                f"killed by SIGKILL from outside ({evidence}){extra}",
+            )
+        if report.signal == signal.SIGTERM:
+            return (
+                RunState.PREEMPTED,
+                FailureKind.PREEMPTED,
+                f"ended by SIGTERM from outside{extra}",
+            )
+        if report.signal in (signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+            return RunState.KILLED, FailureKind.NONE, f"ended by {name} from outside{extra}"
+        return RunState.FAILED, FailureKind.CODE, f"the job died of {name}{extra}"
+    if report.exit_code == 0:
+        return RunState.FINISHED, FailureKind.NONE, report.message
+    if report.exit_code == 2:
+        return RunState.FAILED, FailureKind.CONFIG, f"the job refused its config (exit 2){extra}"
+    return RunState.FAILED, FailureKind.CODE, f"the job exited with {report.exit_code}{extra}"
+
+
+def lease_report(*, agent: Agent, lease_id: int, report: LeaseReport) -> Run:
+    """The agent's last word on a lease: end it and settle the run from the evidence. A
+    run that already ended by its own report keeps that ending. A lease that expired or
+    ended is refused (409): its run belongs to someone else now."""
+    from marin_site.doors import Door
+    from runs.queue import run_transition
+
+    _refuse_if_expired(agent=agent, lease_id=lease_id)
+    to_state, failure_kind, message = lease_report_classify(report)
+    with transaction.atomic():
+        lease = _lease_for(agent=agent, lease_id=lease_id)
+        run = Run.objects.select_for_update().get(pk=lease.run_id)
+        outcome = {
+            "outcome": report.outcome,
+            "exit_code": report.exit_code,
+            "signal": report.signal,
+            "oom_kills": report.oom_kills,
+            "cgroup": report.cgroup,
+            "message": report.message,
+            "classified_as": to_state,
+        }
+        if report.log_tail is not None:
+            lease.log_tail = report.log_tail
+            lease.save(update_fields=["log_tail"])
+        ended_here = run.state == RunState.RUNNING and run.attempt == lease.attempt
+        _lease_close(
+            lease,
+            reason=LeaseEnd.PREEMPTED if to_state == RunState.PREEMPTED else LeaseEnd.EXITED,
+            outcome=outcome,
+        )
+        if not ended_here:
+            return run
+        if to_state == RunState.PREEMPTED:
+            return _run_requeue(
+                run_id=run.pk, attempt=lease.attempt, message=message, actor_label=agent.label
+            )
+        return run_transition(
+            run_id=run.pk,
+            to_state=to_state,
+            failure_kind=failure_kind,
+            door=Door.AGENT,
+            actor_label=agent.label,
+            message=message,
+        )
+
+
+def run_reconcile_leased(*, run_id: int) -> Run:
+    """The reconciler's look at a running run of a pool: an expired lease is lost (the run is
+    requeued); a run past its time limit fails (its agent, told 409, stops the job); a run
+    with no open lease (its lease ended but did not settle it) is requeued."""
+    from marin_site.doors import Door
+    from runs.queue import run_transition
+
+    run = Run.objects.get(pk=run_id)
+    if run.state != RunState.RUNNING:
+        return run
+    lease = Lease.objects.filter(run_id=run_id, ended_at__isnull=True).first()
+    if lease is None:
+        with transaction.atomic():
+            return _run_requeue(
+                run_id=run_id, attempt=run.attempt, message="no agent holds its lease"
+            )
+    if lease.expires_at <= timezone.now():
+        lease_expire(lease_id=lease.pk)
+        return Run.objects.get(pk=run_id)
+    slack = settings.RUNS_AGENT_GRACE_SECONDS + 60  # the agent stops it first
+    if timezone.now() - lease.created_at > timedelta(seconds=run.time_limit_seconds + slack):
+        with transaction.atomic():
+            locked = Lease.objects.select_for_update().get(pk=lease.pk)
+            if locked.ended_at is None:
+                _lease_close(locked, reason=LeaseEnd.SETTLED)
+            return run_transition(
+                run_id=run_id,
+                to_state=RunState.FAILED,
+                failure_kind=FailureKind.TIMEOUT,
+                door=Door.WORKER,
+                message=f"still running after its time limit of {run.time_limit_seconds} s",
+            )
+    return run
