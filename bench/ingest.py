@@ -19,6 +19,12 @@ section "## ingest (bench/ingest.py)". Servers are always stopped at the end.
 
 MLflow's venv is made on first use (``python -m venv var/bench-mlflow-venv`` and
 ``pip install mlflow psycopg2-binary`` into it); delete the folder to start afresh.
+
+The stock client row (``--only mlflow-client`` runs it alone): the same points logged with
+the stock ``MlflowClient().log_batch`` (``mlflow-skinny`` of the dev extra, 1000 metrics a
+call, one client) to marin-site's MLflow door (``/mlflow``, with the run's token as
+``MLFLOW_TRACKING_TOKEN``) and to the real MLflow server, taking turns for
+--client-rounds rounds; the medians are recorded in their own section of RESULTS.md.
 """
 
 from __future__ import annotations
@@ -309,6 +315,53 @@ def bench_series(port: int, steps: int) -> tuple[float, int, float]:
     return statistics.median(times) * 1000, points, refresh_ms
 
 
+def bench_stock_client(uri: str, run_id: str, points: int, token: str) -> float:
+    """Points per second through the stock ``MlflowClient().log_batch``, 1000 a call. The
+    Metric objects are made before the clock starts; the client's own checks and JSON
+    encoding are part of what is measured, on both sides alike."""
+    from mlflow.entities import Metric
+    from mlflow.tracking import MlflowClient
+
+    if token:
+        os.environ["MLFLOW_TRACKING_TOKEN"] = token
+    else:
+        os.environ.pop("MLFLOW_TRACKING_TOKEN", None)
+    client = MlflowClient(tracking_uri=uri)
+    now_ms = int(time.time() * 1000)
+    calls = [[Metric(k, v, now_ms, s) for k, s, v in batch] for batch in batches(points, 1000)]
+    started = time.perf_counter()
+    for metrics in calls:
+        client.log_batch(run_id, metrics=metrics)
+    return points / (time.perf_counter() - started)
+
+
+def stock_client_rounds(
+    *, site_port: int, mlflow_port: int, points: int, rounds: int
+) -> list[dict[str, float]]:
+    """Alternating rounds: each side logs the same points into a fresh run of its own."""
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+    out = []
+    for number in range(1, rounds + 1):
+        ((site_run, token),) = make_running_runs(1)
+        site = bench_stock_client(
+            f"http://127.0.0.1:{site_port}/mlflow", str(site_run), points, token
+        )
+        os.environ.pop("MLFLOW_TRACKING_TOKEN", None)
+        real = MlflowClient(tracking_uri=f"http://127.0.0.1:{mlflow_port}")
+        experiment = real.create_experiment(f"stock-client-{time.time_ns()}")
+        real_run = real.create_run(experiment).info.run_id
+        other = bench_stock_client(f"http://127.0.0.1:{mlflow_port}", real_run, points, "")
+        out.append({"site": site, "mlflow": other, "x": site / other})
+        print(
+            f"stock MlflowClient.log_batch, round {number}: marin-site {site:,.0f} points/s, "
+            f"MLflow {other:,.0f} points/s: {site / other:.1f}x"
+        )
+    return out
+
+
 def ensure_mlflow(venv: Path) -> Path:
     mlflow = venv / "bin" / "mlflow"
     if not mlflow.exists():
@@ -319,7 +372,7 @@ def ensure_mlflow(venv: Path) -> Path:
     return mlflow
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -332,7 +385,21 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=4, help="gunicorn and mlflow workers")
     parser.add_argument("--rounds", type=int, default=3, help="site and MLflow take turns")
     parser.add_argument("--no-record", action="store_true", help="do not write RESULTS.md")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--only",
+        choices=["all", "mlflow-client"],
+        default="all",
+        help="mlflow-client: that row alone",
+    )
+    parser.add_argument("--client-points", type=int, default=50_000)
+    parser.add_argument("--client-rounds", type=int, default=5)
+    parser.add_argument("--site-port", type=int, default=0, help="default: a free port")
+    parser.add_argument("--mlflow-port", type=int, default=0, help="default: a free port")
+    return parser.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
     mlflow_points = args.mlflow_points or args.points
 
     parts = urllib.parse.urlsplit(args.admin_url)
@@ -346,7 +413,7 @@ def main() -> int:
 
     logs = ROOT / "var" / "bench-logs"
     logs.mkdir(parents=True, exist_ok=True)
-    site_port, mlflow_port = free_port(), free_port()
+    site_port, mlflow_port = args.site_port or free_port(), args.mlflow_port or free_port()
     env = {
         **os.environ,
         "DATABASE_URL": site_url,
@@ -402,6 +469,16 @@ def main() -> int:
         )
         wait_until_answers(site_port, "/api/v1/runs/?page_size=1")
         wait_until_answers(mlflow_port, "/health", timeout=180)
+        client_rounds = stock_client_rounds(
+            site_port=site_port,
+            mlflow_port=mlflow_port,
+            points=args.client_points,
+            rounds=args.client_rounds,
+        )
+        if not args.no_record:
+            record_stock_client(args=args, rounds=client_rounds)
+        if args.only == "mlflow-client":
+            return 0
         # Rounds take turns, so that a slow minute of this shared machine lands on both sides.
         for number in range(1, args.rounds + 1):
             results: dict[str, float] = {}
@@ -447,6 +524,36 @@ def main() -> int:
             ratio_copy=ratio_copy,
         )
     return 0
+
+
+def record_stock_client(*, args: argparse.Namespace, rounds: list[dict[str, float]]) -> None:
+    command = " ".join(["    .venv/bin/python bench/ingest.py", *sys.argv[1:]]).rstrip()
+    site = statistics.median(r["site"] for r in rounds)
+    other = statistics.median(r["mlflow"] for r in rounds)
+    ratio = statistics.median(r["x"] for r in rounds)
+    lines = [
+        f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine_description()}. "
+        f"The stock `MlflowClient().log_batch` (mlflow-skinny, one client, 1000 metrics a call) "
+        f"logs the same {args.client_points:,} points over five keys to marin-site's MLflow door "
+        f"(gunicorn `-w {args.workers} -k gthread --threads 2`, DEBUG=0, the run's token as "
+        f"MLFLOW_TRACKING_TOKEN) and to a real MLflow server ({args.workers} workers, backend "
+        "store on the same PostgreSQL), a fresh run each time, taking turns round by round:",
+        "",
+        command,
+        "",
+        "| round | marin-site /mlflow | MLflow server | ratio |",
+        "|---|---|---|---|",
+        *(
+            f"| {n} | {r['site']:,.0f} pts/s | {r['mlflow']:,.0f} pts/s | {r['x']:.1f}x |"
+            for n, r in enumerate(rounds, 1)
+        ),
+        "",
+        f"Median of {len(rounds)} rounds: marin-site {site:,.0f} points/s, MLflow {other:,.0f} "
+        f"points/s, {ratio:.1f}x. The client's own work (checks, protobuf JSON) is the same on "
+        "both sides and part of both figures; on marin-site the points go through the same ingest "
+        "as the native API (runs.metrics.metrics_ingest).",
+    ]
+    results_section_replace("ingest: the stock MLflow client (bench/ingest.py)", lines)
 
 
 def machine_description() -> str:

@@ -20,8 +20,10 @@ from runs.api import (
     RunConfigView,
     RunHeartbeatView,
     RunMetricsView,
+    RunReportView,
     RunsSeriesView,
     RunStatusView,
+    RunTrackerImportsView,
     RunTrackerImportView,
     RunViewSet,
 )
@@ -42,10 +44,16 @@ urlpatterns = [
     path("runs/<int:pk>/metrics/", RunMetricsView.as_view(), name="run-metrics"),
     path("runs/<int:pk>/heartbeat/", RunHeartbeatView.as_view(), name="run-heartbeat"),
     path("runs/<int:pk>/status/", RunStatusView.as_view(), name="run-status"),
+    path("runs/<int:pk>/report/", RunReportView.as_view(), name="run-report"),
     path("runs/<int:pk>/config/", RunConfigView.as_view(), name="run-config"),
     path("runs/<int:pk>/artifacts/", RunArtifactView.as_view(), name="run-artifacts"),
     path(
         "runs/<int:pk>/tracker-metrics/", RunTrackerImportView.as_view(), name="run-tracker-metrics"
+    ),
+    path(
+        "runs/<int:pk>/tracker-imports/",
+        RunTrackerImportsView.as_view(),
+        name="run-tracker-imports",
     ),
     # The agents' door (runs/agent_api.py): the agent's own credential, no session.
     path("agent/register/", AgentRegisterView.as_view(), name="agent-register"),

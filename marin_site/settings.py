@@ -274,10 +274,20 @@ RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = int(
 RUNS_REGISTRATION_TOKEN_DAYS = int(os.environ.get("RUNS_REGISTRATION_TOKEN_DAYS", "7"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")  # unset: runs for `ray` wait in the queue
 RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
+# tracker_metrics.jsonl uploads (runs/tracker_import.py): streamed, never held in memory.
+RUNS_TRACKER_IMPORT_MAX_BYTES = int(
+    os.environ.get("RUNS_TRACKER_IMPORT_MAX_BYTES", str(1024 * 1024 * 1024))
+)
+# The MLflow tracking API (runs/mlflow/): where jobs are told to send MLflow calls.
+RUNS_MLFLOW_TRACKING_URI = os.environ.get("RUNS_MLFLOW_TRACKING_URI", f"{SITE_URL}/mlflow")
 CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {"task": "runs.reconcile", "schedule": RUNS_RECONCILE_SECONDS},
     "runs-series-refresh": {
         "task": "runs.series_refresh_stale",
+        "schedule": RUNS_RECONCILE_SECONDS,
+    },
+    "runs-tracker-imports-resume": {
+        "task": "runs.tracker_imports_resume",
         "schedule": RUNS_RECONCILE_SECONDS,
     },
 }

@@ -10,9 +10,11 @@ from runs.urls import result_urlpatterns
 urlpatterns = [
     # First: GitHub's webhook is the busiest path, and Django tries the patterns in order.
     path("github/", include("proposals.github.urls")),
+    path("mlflow/", include("runs.mlflow.urls")),  # MLflow's tracking REST API
     path("", include("proposals.urls")),
     path("recipes/", include("runs.urls")),
     path("runs/<int:pk>/", run_views.run_detail, name="run-page"),
+    path("runs/<int:pk>/import/", run_views.run_import, name="run-import"),
     path("runs/<int:pk>/claim/", run_views.run_claim, name="run-claim"),
     path("runs/<int:pk>/give-back/", run_views.run_give_back, name="run-give-back"),
     path("pools/", include("runs.pools.urls")),

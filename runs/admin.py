@@ -24,6 +24,8 @@ from runs.models import (
     Run,
     RunArtifact,
     RunEvent,
+    TrackerImport,
+    TrackerImportChunk,
 )
 from runs.queue import run_event_record
 from runs.services import RECIPE_FIELDS, recipe_event_record, recipe_validate
@@ -134,6 +136,20 @@ class MetricSeriesAdmin(admin.ModelAdmin):
     list_display = ["run", "key", "origin", "width", "refreshed_at"]
     raw_id_fields = ["run"]
     exclude = ["buckets"]
+
+
+@admin.register(TrackerImport)
+class TrackerImportAdmin(admin.ModelAdmin):
+    list_display = ["id", "run", "state", "filename", "size_bytes", "points_written", "created_at"]
+    list_filter = ["state", "door"]
+    raw_id_fields = ["run", "actor"]
+
+
+@admin.register(TrackerImportChunk)
+class TrackerImportChunkAdmin(admin.ModelAdmin):
+    list_display = ["tracker_import", "index"]
+    raw_id_fields = ["tracker_import"]
+    exclude = ["data"]  # up to 1 MB of an upload
 
 
 @admin.register(RunEvent)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
@@ -24,7 +25,17 @@ from rest_framework.views import APIView
 
 from marin_site.api import HasNamedPermission
 from marin_site.doors import Door
-from runs import artifacts, claims, metrics, queue, selectors, series, services
+from runs import (
+    artifacts,
+    claims,
+    metrics,
+    queue,
+    selectors,
+    series,
+    services,
+    tracker_reports,
+    tracker_uploads,
+)
 from runs import permissions as run_perms
 from runs.api_shapes import (
     ChartDataSerializer,
@@ -306,6 +317,42 @@ class RunStatusView(RunnerView):
         return Response({"state": run.state})
 
 
+class RunReportView(RunnerView):
+    """``POST {"config"?: {...}, "summary"?: {...}, "artifacts"?: [{uri, name?, type?}]}``:
+    what a tracker reports besides points (the Levanter tracker's hyperparameters, summary
+    and artifacts). Config and summary merge into what the run has; artifacts are links."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = _runner_run(request, pk)
+        data = request.data
+        if not isinstance(data, dict) or not data.keys() <= {"config", "summary", "artifacts"}:
+            raise ValidationError(
+                {"detail": ["send an object with any of 'config', 'summary', 'artifacts'"]}
+            )
+        config = data.get("config")
+        if config is not None and not isinstance(config, dict):
+            raise ValidationError({"config": ["must be an object"]})
+        summary = None
+        left_out: list[str] = []
+        if "summary" in data:
+            summary, left_out = tracker_reports.summary_clean(data["summary"])
+        raw_artifacts = data.get("artifacts") or []
+        if not isinstance(raw_artifacts, list) or len(raw_artifacts) > 100:
+            raise ValidationError({"artifacts": ["a list of at most 100 artifacts"]})
+        reported = [tracker_reports.artifact_clean(item) for item in raw_artifacts]
+        run, problems = tracker_reports.run_tracker_report(
+            run_id=run.pk, config=config, summary=summary, artifacts=reported
+        )
+        return Response(
+            {
+                "final_metrics": run.final_metrics,
+                "artifacts": len(run.tracker_artifacts),
+                "left_out": left_out + problems,
+            }
+        )
+
+
 class RunConfigView(RunnerView):
     """``POST {"config": {...}}``: the config the run used; a hash other than the plan's
     resolved config's is flagged on the run."""
@@ -332,28 +379,77 @@ class RunArtifactView(RunnerView):
 
 
 class RunTrackerImportView(APIView):
-    """Import a ``tracker_metrics.jsonl`` as the run's final summary: the run's token, or a
-    maintainer."""
+    """Import a ``tracker_metrics.jsonl`` into a run, whole (every step, config, summary): the
+    run's token, or a maintainer.
+
+    ``application/json`` ``{"jsonl": "..."}`` (at most 1 MB) is imported at once. Any other
+    body (``application/x-ndjson``, ``text/plain``) is the file itself, streamed: checked as
+    it arrives (``?strict=1``: any wrong line refuses it whole), kept, and imported by a task;
+    the answer is 202 with the import's progress at ``GET .../tracker-imports/``.
+    """
 
     authentication_classes = [TokenAuthentication, SessionAuthentication]
     permission_classes: list[Any] = []
 
+    def get_authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="run"'
+
     @extend_schema(request=TrackerImportSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:
-        if request.META.get("HTTP_AUTHORIZATION", "").lower().startswith("bearer "):
-            run = _runner_run(request, pk)
-        else:
-            run = Run.objects.filter(pk=pk).first()  # type: ignore[assignment]
-            if run is None:
-                raise NotFound()
-            if not request.user.has_perm(run_perms.IMPORT_METRICS, run):
-                raise PermissionDenied(f"You need the permission '{run_perms.IMPORT_METRICS}'.")
+        run, door, label = _importer_run(request, pk)
+        content_type = request.content_type.split(";")[0].strip().lower()
+        if content_type != "application/json":
+            upload = tracker_uploads.tracker_import_receive(
+                run_id=run.pk,
+                stream=request._request,
+                door=door,
+                actor=request.user,
+                actor_label=label,
+                filename=request.query_params.get("filename", "")[:255],
+                strict=request.query_params.get("strict") in {"1", "true"},
+            )
+            return Response(TrackerImportSerializer.progress(upload), status=202)
+        if int(request.META.get("CONTENT_LENGTH") or 0) > int(settings.REQUEST_BODY_CAP):
+            return Response(
+                {
+                    "detail": "A JSON body holds at most "
+                    f"{settings.REQUEST_BODY_CAP} bytes; send a larger file as "
+                    "application/x-ndjson, streamed."
+                },
+                status=413,
+            )
         serializer = TrackerImportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         run = metrics.run_import_tracker_metrics(
             run_id=run.pk, jsonl=serializer.validated_data["jsonl"]
         )
         return Response({"final_metrics": run.final_metrics})
+
+
+def _importer_run(request: Request, pk: int) -> tuple[Run, str, str]:
+    """The run a tracker import names, if the caller may import into it; the door and label."""
+    if request.META.get("HTTP_AUTHORIZATION", "").lower().startswith("bearer "):
+        return _runner_run(request, pk), Door.RUNNER, "runner"
+    run = Run.objects.filter(pk=pk).first()
+    if run is None:
+        raise NotFound()
+    if not request.user.has_perm(run_perms.IMPORT_METRICS, run):
+        raise PermissionDenied(f"You need the permission '{run_perms.IMPORT_METRICS}'.")
+    return run, Door.API, ""
+
+
+class RunTrackerImportsView(APIView):
+    """The imports of a run, newest first, with their progress: public, like the run."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    @extend_schema(responses=OpenApiTypes.OBJECT)
+    def get(self, request: Request, pk: int) -> Response:
+        if not Run.objects.filter(pk=pk).exists():
+            raise NotFound("No such run.")
+        uploads = selectors.run_tracker_imports(run_id=pk)[:20]
+        return Response({"imports": [TrackerImportSerializer.progress(u) for u in uploads]})
 
 
 # --- chart series: public reads of the downsampled rollup ---------------------------------

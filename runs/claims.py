@@ -26,6 +26,7 @@ from marin_site.doors import Door
 from marin_site.errors import ActionForbidden, TransitionNotAllowed
 from runs import permissions as run_perms
 from runs.executors.external import EXTERNAL
+from runs.executors.external import PREFIX as EXTERNAL_PREFIX
 from runs.models import FailureKind, PlanLaunch, Run, RunState
 from runs.plans import config_hash
 from runs.queue import (
@@ -99,7 +100,7 @@ def run_claim(*, run_id: int, actor: Actor, where: Any, door: str = Door.WEB) ->
             message=f"claimed by {user.get_username()} to run elsewhere: {clean_where}",
             changes={
                 "executor": EXTERNAL,
-                "external_id": f"claim-{user.pk}-attempt-{run.attempt}",
+                "external_id": f"{EXTERNAL_PREFIX}claim-{run.pk}-by-{user.pk}-attempt-{run.attempt}",
                 "command": shlex.join(argv),
                 "token_hash": token_hash(token),
                 "dispatched_at": timezone.now(),

@@ -153,6 +153,28 @@ class RunClient:
         body = json.dumps({"state": state, "failure_kind": failure_kind, "message": message[:2000]})
         self._post_with_retry("status/", body.encode(), time.monotonic() + self.retry_for)
 
+    def report(
+        self,
+        *,
+        config: dict[str, Any] | None = None,
+        summary: dict[str, float] | None = None,
+        artifacts: list[dict[str, str]] | None = None,
+    ) -> bool:
+        """What a tracker reports besides points: the config it saw (merged into the run's
+        reported config), a summary (finite numbers), artifacts as links ({uri, name, type}).
+        Retried like everything else; True when the server has it."""
+        body: dict[str, Any] = {}
+        if config is not None:
+            body["config"] = config
+        if summary is not None:
+            body["summary"] = {k: float(v) for k, v in summary.items() if math.isfinite(v)}
+        if artifacts:
+            body["artifacts"] = artifacts
+        if not body:
+            return True
+        data = json.dumps(body, default=str, allow_nan=False).encode()
+        return self._post_with_retry("report/", data, time.monotonic() + self.retry_for)
+
     def artifact(self, kind: str, uri: str, *, name: str = "", step: int | None = None) -> None:
         """Report a link: ``wandb`` (the W&B run), ``checkpoint`` (e.g. gs://...), ``link``."""
         body = json.dumps({"kind": kind, "uri": uri, "name": name, "step": step}).encode()
@@ -219,8 +241,9 @@ class RunClient:
             except (RunClientError, urllib.error.URLError, OSError):
                 pass
 
-    def finish(self, state: str = "finished", *, failure_kind: str = "", message: str = "") -> bool:
-        """Stop the thread, deliver what is left (or spill it), then report the final status."""
+    def close(self) -> bool:
+        """Stop the thread and deliver what is left (or spill it); no status is reported, so
+        the executor's view of how the job ended decides. True when everything arrived."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
@@ -230,5 +253,10 @@ class RunClient:
             with self._lock, self.spill_path.open("a") as spill:
                 for point in self._buffer:
                     spill.write(point.as_json() + "\n")
+        return delivered
+
+    def finish(self, state: str = "finished", *, failure_kind: str = "", message: str = "") -> bool:
+        """Stop the thread, deliver what is left (or spill it), then report the final status."""
+        delivered = self.close()
         self.status(state, failure_kind=failure_kind, message=message)
         return delivered

@@ -23,7 +23,6 @@ refresh recomputes both from the points.
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Iterator
@@ -42,7 +41,7 @@ from psycopg.types.numeric import Int8
 
 from marin_site.db import server_binding_cursor
 from marin_site.errors import DomainError
-from runs import pg_arrays, series
+from runs import metric_declarations, pg_arrays, series
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 
 METRIC_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,199}\Z")  # \Z: no trailing newline
@@ -202,14 +201,27 @@ def metrics_rate_check(*, run_id: int) -> None:
         )
 
 
-def metrics_ingest(*, run: Run, batch: PointBatch) -> int:
+def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True) -> int:
     """Upsert a checked batch for ``run`` (loaded with its state by the token check) and fold
     it into the per-key summaries; schedule the series refresh when anything changed.
-    A resent batch changes nothing. Returns the number of distinct points in the batch."""
-    if run.state != RunState.RUNNING:
+    A resent batch changes nothing. Returns the number of distinct points in the batch.
+
+    Every door writes through here: the native API, MLflow's, the Levanter tracker and the
+    ``tracker_metrics.jsonl`` import (which alone may write a run that has ended, with
+    ``require_running=False``). Values of keys the recipe declares as a fraction or a percent
+    are put in the declared unit first, or the batch is refused (``runs.metric_declarations``).
+    """
+    if require_running and run.state != RunState.RUNNING:
         raise NotRunning(f"Run {run.pk} is {run.state}; only a running run takes metrics.")
     if not len(batch):
         return 0
+    values, problems = metric_declarations.declarations_check(
+        run_id=run.pk, keys=batch.keys, steps=batch.steps, values=batch.values
+    )
+    if problems:
+        raise ValidationError({"points": problems[:MAX_ERRORS]})
+    if values is not batch.values:
+        batch = PointBatch(batch.keys, batch.steps, values, batch.times)
     if connection.vendor == "postgresql":
         changed = _ingest_postgresql(run_id=run.pk, batch=batch)
     else:
@@ -465,25 +477,14 @@ def step_range(*, run_id: int, key: str) -> dict[str, Any]:
     )
 
 
-@transaction.atomic
 def run_import_tracker_metrics(*, run_id: int, jsonl: str) -> Run:
-    """Take the last ``tracker_metrics.jsonl`` line's ``summary`` as the run's final metrics
-    (numbers only, finite) and its ``config`` as the config the tracker saw."""
-    lines = [line for line in jsonl.splitlines() if line.strip()]
-    if not lines:
-        raise ValidationError({"jsonl": ["is empty"]})
-    try:
-        record = json.loads(lines[-1])
-    except ValueError as exc:
-        raise ValidationError({"jsonl": [f"the last line is not JSON: {exc}"]}) from exc
-    if not isinstance(record, dict) or not isinstance(record.get("summary"), dict):
-        raise ValidationError({"jsonl": ["the last line needs a 'summary' object"]})
-    summary = {
-        str(k): float(v) for k, v in record["summary"].items() if _is_number(v) and math.isfinite(v)
-    }
-    run = Run.objects.select_for_update().get(pk=run_id)
-    run.final_metrics = summary
-    config = record.get("config")
-    run.tracker_config = config if isinstance(config, dict) else None
-    run.save(update_fields=["final_metrics", "tracker_config", "updated_at"])
-    return run
+    """Import a ``tracker_metrics.jsonl`` given whole (the JSON form of the API, at most
+    1 MB): every step of every key, the config and the summary (``runs.tracker_import``)."""
+    from runs import tracker_import
+
+    report = tracker_import.tracker_jsonl_import(
+        run_id=run_id, blocks=[jsonl.encode()], strict=False
+    )
+    if not report.records:
+        raise ValidationError({"jsonl": [report.problem_text() or "holds no tracker record"]})
+    return Run.objects.get(pk=run_id)

@@ -59,6 +59,14 @@ class Recipe(models.Model):
         blank=True,
         help_text="How long one attempt of a run may take; blank: the site's RUNS_TIME_LIMIT_SECONDS.",
     )
+    metrics = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "The metrics this recipe reports: a list of {key, unit, direction, display, "
+            "column, summary, warmup_steps, logged_as}; see runs.metric_declarations."
+        ),
+    )
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -247,6 +255,17 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     final_metrics = models.JSONField(default=dict, blank=True)
     tracker_config = models.JSONField(null=True, blank=True)
+    tracker_tags = models.JSONField(
+        default=dict, blank=True, help_text="Tags a tracker set on the run (MLflow's tags)."
+    )
+    tracker_artifacts = models.JSONField(
+        default=list, blank=True, help_text="Artifacts a tracker reported: links, never files."
+    )
+    tracker_deleted_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When an MLflow client deleted the run: hidden from MLflow's searches only.",
+    )
     # An external run: claimed by a person to execute by hand, elsewhere (runs/claims.py).
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -405,6 +424,77 @@ class RunEvent(TimelineEvent):
 
     def __str__(self) -> str:
         return f"{self.run_id} {self.verb} {self.from_state}->{self.to_state}"
+
+
+class TrackerImportState(models.TextChoices):
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class TrackerImport(models.Model):
+    """One ``tracker_metrics.jsonl`` given to a run: checked as it arrived, stored in chunks,
+    imported by a task (``runs.tracker_import``) that reports its progress here."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tracker_imports")
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    actor_label = models.CharField(max_length=100, blank=True)
+    door = models.CharField(max_length=16)
+    filename = models.CharField(max_length=255, blank=True)
+    state = models.CharField(
+        max_length=16, choices=TrackerImportState.choices, default=TrackerImportState.PENDING
+    )
+    size_bytes = models.BigIntegerField(default=0)
+    line_count = models.BigIntegerField(default=0)
+    sha256 = models.CharField(max_length=64, blank=True)
+    bytes_done = models.BigIntegerField(default=0)
+    lines_done = models.BigIntegerField(default=0)
+    points_written = models.BigIntegerField(default=0)
+    points_skipped = models.BigIntegerField(default=0)
+    error_count = models.PositiveIntegerField(default=0)
+    errors = models.JSONField(default=list, blank=True, help_text="The first problems, by line.")
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+
+    def __str__(self) -> str:
+        return f"import {self.pk} into run {self.run_id} ({self.state})"
+
+    @property
+    def percent(self) -> int:
+        if not self.size_bytes:
+            return 100 if self.state == TrackerImportState.DONE else 0
+        return max(0, min(100, int(100 * self.bytes_done / self.size_bytes)))
+
+
+class TrackerImportChunk(models.Model):
+    """A piece of an upload as it arrived (about 1 MB), so a worker on any machine reads it
+    from the database; deleted once imported."""
+
+    tracker_import = models.ForeignKey(
+        TrackerImport, on_delete=models.CASCADE, related_name="chunks"
+    )
+    index = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        ordering = ["tracker_import", "index"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tracker_import", "index"], name="tracker_import_chunk_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tracker_import_id}#{self.index}"
 
 
 class RecipeEvent(TimelineEvent):

@@ -3,8 +3,10 @@ the numbers derived from them (spread over seeds, difference from the baseline, 
 exponent, R² and multipliers).
 
 One module, so that the run table, the charts' series (and the PNG drawn from them), the
-scaling ladder, the seed table, the compare page and the result comment say the same thing
-the same way.
+scaling ladder, the seed table, the compare page, the run page and the result comment say
+the same thing the same way. A metric a recipe declares (``runs.metric_declarations``) is
+written in its declared unit and labelled with its display name; any other key is written
+as its name suggests (``throughput/mfu`` a fraction shown in percent, and so on).
 A config value is written as in the config's canonical JSON (``runs.plans.canonical_json``),
 so an integral float is an integer: ``capacity_factor=1`` everywhere, never ``=1.0`` in one
 place and ``=1`` in another.
@@ -16,6 +18,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from runs.metric_declarations import MetricDeclaration
 from runs.models import MetricSummary, Run
 from runs.plans import canonical_json
 from runs.steady import summary_value
@@ -112,10 +115,50 @@ def final_values(
     return values, progress, logged
 
 
-def metric_text(value: Any, key: str) -> str:
-    """A final metric: MFU in percent, tokens/s whole, fractions to 3 places, others to 4."""
+def metric_label(key: str, declaration: MetricDeclaration | None = None) -> str:
+    """A metric's column or row heading: its declared display name and unit, ``MFU (%)``;
+    an undeclared key as it is."""
+    if declaration is None:
+        return key
+    label = declaration.display or key
+    unit = "%" if declaration.unit in {"fraction", "percent"} else declaration.unit
+    return f"{label} ({unit})" if unit else label
+
+
+def direction_text(declaration: MetricDeclaration | None) -> str:
+    """Which way a declared metric is better, in words; nothing when not declared."""
+    direction = declaration.direction if declaration is not None else ""
+    return {"lower": "lower is better", "higher": "higher is better"}.get(direction, "")
+
+
+def _unit_text(value: float, unit: str) -> str | None:
+    """A value in a declared unit, or None when the unit says nothing about how to write it
+    (then the key decides)."""
+    if unit == "fraction":
+        return f"{100 * value:.1f}%"
+    if unit == "percent":
+        return f"{value:.1f}%"
+    if unit == "tokens/s":
+        return f"{value:,.0f}"
+    if unit == "seconds":
+        return f"{value:,.1f} s"
+    if unit in {"tokens", "count", "bytes"}:
+        return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3g}"
+    if unit == "flops":
+        return f"{value:.3g}"
+    return None
+
+
+def metric_text(value: Any, key: str, declaration: MetricDeclaration | None = None) -> str:
+    """A final metric. A declared unit decides (fractions and percents in percent, tokens/s
+    and counts whole, seconds to a tenth, FLOPs as 3.2e+18); otherwise the key: MFU in
+    percent, tokens/s whole, fractions to 3 places, others to 4."""
     if not is_number(value):
         return "–"
+    if declaration is not None and declaration.unit:
+        text = _unit_text(value, declaration.unit)
+        if text is not None:
+            return text
     if key.endswith("mfu"):
         return f"{100 * value:.1f}%"
     if key.endswith("tokens_per_second"):
@@ -125,25 +168,28 @@ def metric_text(value: Any, key: str) -> str:
     return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
 
 
-def spread_text(stats: Mapping[str, Any] | None, key: str) -> str:
+def spread_text(
+    stats: Mapping[str, Any] | None, key: str, declaration: MetricDeclaration | None = None
+) -> str:
     """A variant's ``key`` over its seeds (``runs.seeds``: mean and sample std), each number
     written as ``metric_text`` writes the key: ``3.0100 ± 0.0141``, ``3.0100 (1 seed)``."""
     if not isinstance(stats, Mapping) or not is_number(stats.get("mean")):
         return "–"
     if not is_number(stats.get("std")):
-        return f"{metric_text(stats['mean'], key)} (1 seed)"
-    return f"{metric_text(stats['mean'], key)} ± {metric_text(stats['std'], key)}"
+        return f"{metric_text(stats['mean'], key, declaration)} (1 seed)"
+    mean = metric_text(stats["mean"], key, declaration)
+    return f"{mean} ± {metric_text(stats['std'], key, declaration)}"
 
 
-def delta_text(delta: Any, se: Any, key: str) -> str:
+def delta_text(delta: Any, se: Any, key: str, declaration: MetricDeclaration | None = None) -> str:
     """A difference from the baseline with a true minus sign (U+2212), ± its standard error
     when it is known: ``-0.3050 ± 0.0112`` is written with that sign."""
     if not is_number(delta):
         return "–"
     sign = "+" if delta > 0 else "−" if delta < 0 else "±"
-    text = f"{sign}{metric_text(abs(delta), key)}"
+    text = f"{sign}{metric_text(abs(delta), key, declaration)}"
     if is_number(se):
-        text += f" ± {metric_text(se, key)}"
+        text += f" ± {metric_text(se, key, declaration)}"
     return text
 
 

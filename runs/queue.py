@@ -522,13 +522,18 @@ def run_command(*, run: Run, python: str = sys.executable) -> list[str]:
 def run_job_env(*, run: Run) -> dict[str, str]:
     """What every job gets, on every executor: who it is, its token, where to report, and
     the code version pinned at approval (``RUN_GIT_SHA``, also as ``RUN_GIT_REF``)."""
+    token = run_token(run=run)
     return {
         "RUN_ID": str(run.pk),
-        "RUN_TOKEN": run_token(run=run),
+        "RUN_TOKEN": token,
         "RUN_API_URL": settings.RUNS_API_URL,
         "RUN_ATTEMPT": str(run.attempt),
         "RUN_GIT_SHA": run.git_sha,
         "RUN_GIT_REF": run.git_sha,
+        # A stock MLflow client reports to this run unchanged (runs/mlflow/).
+        "MLFLOW_TRACKING_URI": settings.RUNS_MLFLOW_TRACKING_URI,
+        "MLFLOW_TRACKING_TOKEN": token,
+        "MLFLOW_EXPERIMENT_ID": str(run.plan_id),
     }
 
 

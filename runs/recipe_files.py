@@ -40,9 +40,16 @@ TYPES: dict[str, tuple[type, ...]] = {
     "compute_model": (dict,),
     "scales": (dict,),
     "executor": (str,),
+    "metrics": (list,),
     "is_active": (bool,),
 }
-TYPE_NAMES = {str: "text", int: "a whole number", dict: "a mapping", bool: "true or false"}
+TYPE_NAMES = {
+    str: "text",
+    int: "a whole number",
+    dict: "a mapping",
+    list: "a list",
+    bool: "true or false",
+}
 
 
 class RecipeFileError(Exception):

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.ladder import Ladder, ladder_markdown, ladder_metric, plan_ladder
+from runs.metric_declarations import MetricDeclaration, declarations_parse
 from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
 from runs.presentation import (
     delta_text,
@@ -98,10 +99,17 @@ def compare(
     return rows
 
 
-def _delta_cell(group: dict[str, Any], key: str) -> str:
+def _declared(summary: dict[str, Any]) -> dict[str, MetricDeclaration]:
+    """The units the recipe declares for the summary's keys (``plan_summarize`` keeps them),
+    so the markdown writes each value as the pages do."""
+    units = summary.get("units") or {}
+    return {key: MetricDeclaration(key=key, unit=str(unit)) for key, unit in units.items()}
+
+
+def _delta_cell(group: dict[str, Any], key: str, declaration: MetricDeclaration | None) -> str:
     if group["delta"] is None:
         return "–"
-    text = delta_text(group["delta"], group["delta_se"], key)
+    text = delta_text(group["delta"], group["delta_se"], key, declaration)
     if group["delta_se"] is None:
         return f"{text} (no spread known)"
     noise = "inside the noise" if group["inside_noise"] else "outside the noise"
@@ -112,6 +120,7 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
     """The variants over their seeds: mean ± sample standard deviation of each key and the
     criterion metric's difference from the baseline with its standard error."""
     keys = summary["keys"]
+    declared = _declared(summary)
     metric = summary["criteria"].get("metric") or ""
     lines = [
         "**Across seeds** (mean ± sample standard deviation"
@@ -128,9 +137,11 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
         "|---|---|---|" + "---|" * len(keys) + ("---|" if metric else ""),
     ]
     for group in summary["groups"]:
-        cells = [spread_text(group["stats"].get(key), key) for key in keys]
+        cells = [spread_text(group["stats"].get(key), key, declared.get(key)) for key in keys]
         if metric:
-            cells.append("–" if group["is_baseline"] else _delta_cell(group, metric))
+            cells.append(
+                "–" if group["is_baseline"] else _delta_cell(group, metric, declared.get(metric))
+            )
         lines.append(
             f"| {group['label']} | {group['scale'] or '–'} | {group['seeds']} | "
             + " | ".join(cells)
@@ -141,6 +152,7 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
 
 def summary_markdown(summary: dict[str, Any]) -> str:
     keys = summary["keys"]
+    declared = _declared(summary)
     lines = [
         "| run | scale | seed | overrides | state | " + " | ".join(keys) + " |",
         "|---|---|---|---|---|" + "---|" * len(keys),
@@ -150,7 +162,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         overrides = run_label(changes=row["overrides"])
         cells = []
         for key in keys:
-            cell = metric_text(row["metrics"].get(key), key)
+            cell = metric_text(row["metrics"].get(key), key, declared.get(key))
             if row["cached_from"] and is_steady_state_key(key) and key in row["metrics"]:
                 cell += " (reused)"
                 reused = True
@@ -220,11 +232,13 @@ def plan_summarize(*, plan_id: int) -> dict[str, Any]:
     for run in runs:
         states[run.state] = states.get(run.state, 0) + 1
     ladder = plan_summary_ladder(plan=launch.plan, runs=runs, metrics=metrics, criteria=criteria)
+    declarations = declarations_parse(launch.plan.recipe.metrics)
     summary: dict[str, Any] = {
         "plan": plan_id,
         "criteria": criteria,
         "states": states,
         "keys": keys,
+        "units": {k: d.unit for k, d in declarations.items() if d.unit},
         "runs": [
             {
                 "run": run.pk,

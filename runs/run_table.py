@@ -19,6 +19,7 @@ from django.urls import reverse
 
 from runs import ladder, presentation, seeds
 from runs.ladder import Ladder
+from runs.metric_declarations import MetricDeclaration, declarations_parse
 from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
 from runs.plans import canonical_json, flatten
 from runs.results import TABLE_KEYS
@@ -54,7 +55,7 @@ class RunRow:
     axes: dict[str, Any]
     changes: list[str]  # "key=value" against the baseline (runs.presentation)
     values: dict[str, float]
-    metrics: list[tuple[str, float | None]]
+    metrics: list[tuple[str, float | None, MetricDeclaration]]  # the metric columns
     step: int | None
     total_steps: int | None
     job_url: str = ""
@@ -107,6 +108,7 @@ class RunTable:
     columns: dict[str, Column] = field(default_factory=dict)
     values: dict[int, dict[str, float]] = field(default_factory=dict)
     logged_keys: list[str] = field(default_factory=list)  # keys with points: what charts draw
+    declarations: dict[str, MetricDeclaration] = field(default_factory=dict)  # the recipe's
 
     @property
     def active(self) -> bool:
@@ -143,6 +145,21 @@ class RunTable:
     def metric_columns(self) -> list[Column]:
         return [self.columns[key] for key in self.metric_keys if key in self.columns]
 
+    def declaration(self, key: str) -> MetricDeclaration:
+        """A key as the recipe declares it (a bare declaration when it does not)."""
+        return self.declarations.get(key) or MetricDeclaration(key=key)
+
+    @property
+    def metric_declarations(self) -> list[MetricDeclaration]:
+        """The metric columns' declarations, in order: the seed table writes their units."""
+        return [self.declaration(key) for key in self.metric_keys]
+
+    @property
+    def criterion(self) -> MetricDeclaration | None:
+        """The launch's criterion metric, as the recipe declares it."""
+        key = ((self.launch.criteria if self.launch else None) or {}).get("metric")
+        return self.declaration(str(key)) if key else None
+
     @property
     def sort_options(self) -> list[tuple[str, str]]:
         """(value, label) for the sort select: every column both ways, the axes included."""
@@ -165,11 +182,31 @@ def job_url(run: Run) -> str:
     return ""
 
 
+def plan_declarations(plan: Plan | None) -> dict[str, MetricDeclaration]:
+    """What the plan's recipe declares about its metrics (``runs.metric_declarations``)."""
+    return declarations_parse(plan.recipe.metrics) if plan is not None else {}
+
+
+def metric_columns(declared: Mapping[str, MetricDeclaration]) -> dict[str, MetricDeclaration]:
+    """The run table's metric columns: those the recipe declares as columns (with their
+    unit and label), else the default keys (as declared, when they are)."""
+    chosen = {key: d for key, d in declared.items() if d.column}
+    if chosen:
+        return chosen
+    return {key: declared.get(key) or MetricDeclaration(key=key) for key in TABLE_KEYS}
+
+
 def plan_axes(plan: Plan | None) -> list[str]:
     return presentation.axis_names(plan.spec if plan else None)
 
 
-def _row(run: Run, axes: Sequence[str], values: dict[str, float], step: int | None) -> RunRow:
+def _row(
+    run: Run,
+    axes: Sequence[str],
+    values: dict[str, float],
+    step: int | None,
+    columns: Mapping[str, MetricDeclaration],
+) -> RunRow:
     total = (run.config or {}).get("steps")
     entry = run.entry
     return RunRow(
@@ -179,7 +216,7 @@ def _row(run: Run, axes: Sequence[str], values: dict[str, float], step: int | No
         ),
         changes=presentation.change_parts(entry.diff or {}),
         values=values,
-        metrics=[(key, values.get(key)) for key in TABLE_KEYS],
+        metrics=[(key, values.get(key), declared) for key, declared in columns.items()],
         step=step,
         total_steps=total if isinstance(total, int) and not isinstance(total, bool) else None,
         job_url=job_url(run),
@@ -243,6 +280,7 @@ def _columns(
     axes: Sequence[str],
     metric_keys: Sequence[str],
     extra: Mapping[str, str],
+    labels: Mapping[str, str] | None = None,
 ) -> dict[str, Column]:
     """Each sortable column with the query its header links to (a second click reverses)."""
     columns: dict[str, Column] = {}
@@ -253,7 +291,10 @@ def _columns(
         params = {**extra, "sort": next_sort, **({"group": group} if group else {})}
         aria = ("descending" if descending else "ascending") if current else "none"
         columns[column_id] = Column(
-            id=column_id, label=column_id, query=urlencode(params, safe="/,"), aria_sort=aria
+            id=column_id,
+            label=(labels or {}).get(column_id, column_id),
+            query=urlencode(params, safe="/,"),
+            aria_sort=aria,
         )
     return columns
 
@@ -273,9 +314,11 @@ def run_table_build(
     runs = list(runs)
     axes = plan_axes(plan)
     values, steps, logged = presentation.final_values(runs)
-    rows = [_row(run, axes, values[run.pk], steps.get(run.pk)) for run in runs]
+    declarations = plan_declarations(plan)
+    columns = metric_columns(declarations)
+    rows = [_row(run, axes, values[run.pk], steps.get(run.pk), columns) for run in runs]
     all_keys = ordered_keys(k for v in values.values() for k in v)
-    metric_keys = list(TABLE_KEYS)
+    metric_keys = list(columns)
     sort = sort if sort.lstrip("-") in {*FIXED_SORTS, *metric_keys, *axes} else ""
     group = group if group in axes else ""
     rows = rows_sort(rows, sort=sort, axes=axes, metric_keys=metric_keys)
@@ -292,9 +335,15 @@ def run_table_build(
         launch=launch,
         groups=rows_group(rows, group=group),
         columns=_columns(
-            sort=sort, group=group, axes=axes, metric_keys=metric_keys, extra=extra_params or {}
+            sort=sort,
+            group=group,
+            axes=axes,
+            metric_keys=metric_keys,
+            extra=extra_params or {},
+            labels={k: presentation.metric_label(k, d) for k, d in columns.items()},
         ),
         values=values,
+        declarations=declarations,
     )
 
 

@@ -9,7 +9,8 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from runs.models import TERMINAL_RUN_STATES, Plan, PlanEntry, Recipe, Run
+from runs.metric_declarations import MetricDeclaration, declarations_parse
+from runs.models import TERMINAL_RUN_STATES, Plan, PlanEntry, Recipe, Run, TrackerImport
 
 
 def recipe_list(*, include_inactive: bool = False) -> QuerySet[Recipe]:
@@ -76,3 +77,13 @@ def plan_runs(*, plan_id: int) -> QuerySet[Run]:
 def plan_in_flight(*, plan_id: int) -> bool:
     """Whether any run of the plan is still queued, running or preempted."""
     return Run.objects.filter(plan_id=plan_id).exclude(state__in=TERMINAL_RUN_STATES).exists()
+
+
+def run_tracker_imports(*, run_id: int) -> QuerySet[TrackerImport]:
+    return TrackerImport.objects.filter(run_id=run_id).order_by("-created_at", "-pk")
+
+
+def run_metric_declarations(*, run: Run) -> dict[str, MetricDeclaration]:
+    """The declarations of the recipe (name and version) the run was made from."""
+    recipe = Recipe.objects.filter(name=run.recipe_name, version=run.recipe_version).first()
+    return declarations_parse(recipe.metrics if recipe else [])

@@ -6,7 +6,7 @@ from typing import Any
 
 from rest_framework import serializers
 
-from runs.models import MetricSummary, Plan, Recipe, Run, RunArtifact, RunEvent
+from runs.models import MetricSummary, Plan, Recipe, Run, RunArtifact, RunEvent, TrackerImport
 from runs.plans import Plan as PlanPreview
 
 
@@ -28,6 +28,7 @@ class RecipeSerializer(serializers.ModelSerializer):
             "compute_model",
             "scales",
             "executor",
+            "metrics",
             "time_limit_seconds",
             "is_active",
             "created_at",
@@ -239,6 +240,28 @@ class RunStatusSerializer(serializers.Serializer[Any]):
 
 class TrackerImportSerializer(serializers.Serializer[Any]):
     jsonl = serializers.CharField(max_length=1_000_000, trim_whitespace=False)
+
+    @staticmethod
+    def progress(upload: TrackerImport) -> dict[str, Any]:
+        """An import as the API shows it: its state, progress and problems."""
+        return {
+            "id": upload.pk,
+            "run": upload.run_id,
+            "state": upload.state,
+            "filename": upload.filename,
+            "size_bytes": upload.size_bytes,
+            "bytes_done": upload.bytes_done,
+            "percent": upload.percent,
+            "lines": upload.line_count,
+            "lines_done": upload.lines_done,
+            "points_written": upload.points_written,
+            "points_skipped": upload.points_skipped,
+            "error_count": upload.error_count,
+            "errors": upload.errors,
+            "message": upload.message,
+            "created_at": upload.created_at.isoformat(),
+            "finished_at": upload.finished_at.isoformat() if upload.finished_at else None,
+        }
 
 
 class MetricPointInSerializer(serializers.Serializer[Any]):

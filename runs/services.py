@@ -14,6 +14,7 @@ from django.utils import timezone
 from marin_site.doors import Door
 from marin_site.events import MESSAGE_MAX
 from runs.compute import FormulaError, run_cost, validate_compute_model
+from runs.metric_declarations import declarations_forget, declarations_validate
 from runs.models import Plan, PlanEntry, PlanLaunch, Recipe, RecipeEvent
 from runs.plans import Plan as PlanPreview
 from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok, version_ok
@@ -29,6 +30,7 @@ RECIPE_FIELDS = (
     "compute_model",
     "scales",
     "executor",
+    "metrics",
     "time_limit_seconds",
     "is_active",
 )
@@ -68,6 +70,9 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
     compute_errors = validate_compute_model(data.get("compute_model"))
     if compute_errors:
         errors["compute_model"] = compute_errors
+    metric_errors = declarations_validate(data.get("metrics") or [])
+    if metric_errors:
+        errors["metrics"] = metric_errors
     if problem := executor_problem(
         executor=data.get("executor") or "", recipe_name=data.get("name")
     ):
@@ -150,6 +155,7 @@ def recipe_update(
         setattr(recipe, field, merged[field])
     recipe.full_clean()
     recipe.save()
+    declarations_forget()
     if changed:
         recipe_event_record(
             recipe=recipe,

@@ -6,9 +6,10 @@ can stall, so the last value says little about a run's speed. For every key unde
 ``STEADY_STATE_PREFIX`` the series refresh stores in ``MetricSummary.steady`` the median of
 the points after the warm-up, and the result tables read that instead of ``last``.
 
-The warm-up is the recipe's: ``steady_state_warmup_steps`` in its compute model (the steps
-up to and including it are warm-up). A recipe that declares none loses the first
-``DEFAULT_WARMUP_FRACTION`` of the key's step range. A run with no point past its warm-up (a
+The warm-up is the recipe's (the steps up to and including it are warm-up): the key's own
+``warmup_steps`` in the recipe's metric declarations (``runs.metric_declarations``), else
+``steady_state_warmup_steps`` in its compute model, for every steady-state key. A recipe
+that declares neither loses the first ``DEFAULT_WARMUP_FRACTION`` of the key's step range. A run with no point past its warm-up (a
 run shorter than it) gets the median of all its points.
 """
 
@@ -22,6 +23,7 @@ import numpy as np
 from django.db import connection
 
 from runs.compute import WARMUP_KEY, warmup_problems
+from runs.metric_declarations import declarations_parse
 from runs.models import MetricPoint, Run
 
 STEADY_STATE_PREFIX = "throughput/"
@@ -33,12 +35,17 @@ def is_steady_state_key(key: str) -> bool:
 
 
 def warmup_last_step(
-    *, compute_model: Mapping[str, Any] | None, first_step: int, last_step: int
+    *,
+    compute_model: Mapping[str, Any] | None,
+    first_step: int,
+    last_step: int,
+    declared_steps: int | None = None,
 ) -> int:
-    """The last step of the warm-up: steps after it are the steady state."""
-    declared = (compute_model or {}).get(WARMUP_KEY)
-    if declared is not None and not warmup_problems(declared):
-        return int(declared)
+    """The last step of the warm-up: steps after it are the steady state. The key's
+    declared ``warmup_steps`` first, then the compute model's, then a tenth of the steps."""
+    for declared in (declared_steps, (compute_model or {}).get(WARMUP_KEY)):
+        if declared is not None and not warmup_problems(declared):
+            return int(declared)
     return first_step + math.floor(DEFAULT_WARMUP_FRACTION * (last_step - first_step))
 
 
@@ -66,13 +73,17 @@ def _median_after(*, run_id: int, key: str, after_step: int) -> float | None:
 def steady_median(*, run_id: int, key: str, first_step: int, last_step: int) -> float | None:
     """The median of a run's ``key`` after its recipe's warm-up (every point's median when
     none is past it); None without points."""
-    compute_model = (
-        Run.objects.filter(pk=run_id).values_list("plan__recipe__compute_model", flat=True).first()
-    )
+    compute_model, metrics = (
+        Run.objects.filter(pk=run_id)
+        .values_list("plan__recipe__compute_model", "plan__recipe__metrics")
+        .first()
+    ) or (None, None)
+    declaration = declarations_parse(metrics).get(key)
     after = warmup_last_step(
         compute_model=compute_model if isinstance(compute_model, dict) else None,
         first_step=first_step,
         last_step=last_step,
+        declared_steps=declaration.warmup_steps if declaration is not None else None,
     )
     median = _median_after(run_id=run_id, key=key, after_step=after)
     if median is None and after >= first_step:

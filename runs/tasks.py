@@ -6,7 +6,7 @@ from typing import Any
 
 from celery import shared_task
 
-from runs import queue, results, series
+from runs import queue, results, series, tracker_uploads
 
 
 @shared_task(name="runs.plan_expand", time_limit=120, soft_time_limit=100)
@@ -48,3 +48,13 @@ def series_refresh_task(*, run_id: int) -> int:
 @shared_task(name="runs.series_refresh_stale", time_limit=240, soft_time_limit=200)
 def series_refresh_stale_task() -> int:
     return series.series_refresh_stale()
+
+
+@shared_task(name="runs.tracker_import", time_limit=3600, soft_time_limit=3500)
+def tracker_import_task(*, import_id: int) -> str:
+    return tracker_uploads.tracker_import_run(import_id=import_id)
+
+
+@shared_task(name="runs.tracker_imports_resume", time_limit=3600, soft_time_limit=3500)
+def tracker_imports_resume_task() -> int:
+    return tracker_uploads.tracker_imports_resume()

@@ -20,10 +20,10 @@ from django.views.decorators.http import require_POST
 from marin_site.doors import Door
 from runs import charts_png, run_table, selectors, services
 from runs import permissions as run_perms
-from runs.models import Plan, Recipe
+from runs.models import Plan, Recipe, Run
 
 MANAGE_RECIPES = run_perms.MANAGE_RECIPES
-JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales")
+JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales", "metrics")
 
 
 class RecipeForm(forms.ModelForm):
@@ -118,7 +118,8 @@ def recipe_edit(request: HttpRequest, name: str, version: str) -> HttpResponse:
 
 
 def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    """A run's public page: state, metrics summary, config, timeline and log tail."""
+    """A run's public page: state, its recipe's declared metrics and the others, what the
+    trackers reported (config, tags, summary, artifacts), imports, config, timeline, log."""
     return _run_page(request, pk)
 
 
@@ -136,14 +137,37 @@ def _run_page(
             logs = get_executor(run.executor).logs(run.external_id, tail_bytes=16_384)
         except ExecutorError:
             logs = ""
+    declarations = selectors.run_metric_declarations(run=run)
+    summaries = list(run.summaries.all())
+    imports = list(selectors.run_tracker_imports(run_id=run.pk)[:5])
     return render(
         request,
         "runs/run_detail.html",
         {
             "run": run,
-            "summaries": run.summaries.all(),
+            "summaries": summaries,
+            "declared": [
+                (
+                    d,
+                    next((s for s in summaries if s.key == d.key), None),
+                    run.final_metrics.get(d.key),
+                )
+                for d in declarations.values()
+                if d.summary
+            ],
+            "other_summaries": [s for s in summaries if s.key not in declarations],
+            "other_final": sorted(
+                (k, v) for k, v in (run.final_metrics or {}).items() if k not in declarations
+            ),
             "events": run.events.select_related("actor"),
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
+            "tracker_config_json": json.dumps(run.tracker_config, indent=2, sort_keys=True)
+            if run.tracker_config
+            else "",
+            "tags": sorted((run.tracker_tags or {}).items()),
+            "imports": imports,
+            "import_active": any(i.state in {"pending", "running"} for i in imports),
+            "can_import": request.user.has_perm(run_perms.IMPORT_METRICS, run),
             "logs": logs,
             "leases": run.leases.select_related("agent__pool").order_by("pk"),
             "artifacts": run.artifacts.all(),
@@ -156,6 +180,48 @@ def _run_page(
                 run.claimed_by_id == request.user.pk
                 or request.user.has_perm(run_perms.CANCEL_RUN, run)
             ),
+        },
+        status=status,
+    )
+
+
+@require_POST
+def run_import(request: HttpRequest, pk: int) -> HttpResponse:
+    """Upload a ``tracker_metrics.jsonl`` on the run's page (maintainers): checked as it
+    arrives, then imported by a task whose progress the page shows."""
+    from runs import tracker_import, tracker_uploads
+
+    run = get_object_or_404(Run, pk=pk)
+    if not request.user.has_perm(run_perms.IMPORT_METRICS, run):
+        raise PermissionDenied("Only maintainers import metrics.")
+    upload = request.FILES.get("file")
+    if upload is None:
+        messages.error(request, "Choose a tracker_metrics.jsonl file to import.")
+        return redirect(run)
+    try:
+        tracker_uploads.tracker_import_receive(
+            run_id=run.pk,
+            stream=upload.chunks(),
+            door=Door.WEB,
+            actor=request.user,
+            filename=upload.name or "",
+            strict=request.POST.get("strict") == "on",
+        )
+    except tracker_import.TrackerFileRefused as exc:
+        return render_refused(request, run, exc.message, exc.status_code)
+    except ValidationError as exc:
+        return render_refused(request, run, "; ".join(exc.messages), 400)
+    messages.success(request, f"{upload.name} received; importing it now.")
+    return redirect(run)
+
+
+def render_refused(request: HttpRequest, run: Run, message: str, status: int) -> HttpResponse:
+    return render(
+        request,
+        "refused.html",
+        {
+            "problems": [f"The file was not imported into run {run.pk}: {message}"],
+            "back": run.get_absolute_url(),
         },
         status=status,
     )

@@ -49,6 +49,7 @@ class RecipeFactory(factory.django.DjangoModelFactory[Recipe]):
     default_config = factory.LazyFunction(lambda: copy.deepcopy(TINY_MOE["default_config"]))
     parameter_schema = factory.LazyFunction(lambda: copy.deepcopy(TINY_MOE["parameter_schema"]))
     compute_model = factory.LazyFunction(lambda: copy.deepcopy(TINY_MOE["compute_model"]))
+    metrics = factory.LazyFunction(lambda: copy.deepcopy(TINY_MOE["metrics"]))
     scales = factory.LazyFunction(lambda: copy.deepcopy(TINY_MOE["scales"]))
 
 

@@ -51,7 +51,7 @@ def get_executor(name: str) -> Executor:
         from runs.executors.pool import PoolExecutor
 
         return PoolExecutor(pool)
-    if name == "external":  # claimed runs, executed by hand (runs/claims.py); never a target
+    if name == "external":  # claimed by hand or through MLflow; executed elsewhere; never a target
         from runs.executors.external import ExternalExecutor
 
         return ExternalExecutor()

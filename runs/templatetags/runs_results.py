@@ -16,6 +16,7 @@ from runs.ladder import (
     MIN_SCALES_FOR_IRREDUCIBLE,
     MIN_SCALES_FOR_MULTIPLIER,
 )
+from runs.metric_declarations import MetricDeclaration
 from runs.models import Plan
 from runs.steady import is_steady_state_key
 
@@ -59,27 +60,48 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
     }
 
 
-@register.filter
-def metric(value: Any, key: str) -> str:
-    """A final metric as the table shows it (``runs.presentation.metric_text``)."""
-    return presentation.metric_text(value, key)
+def _metric(spec: Any) -> tuple[str, MetricDeclaration | None]:
+    """A filter's argument: a metric key, or a recipe's declaration of one."""
+    if isinstance(spec, MetricDeclaration):
+        return spec.key, spec
+    return str(spec), None
 
 
 @register.filter
-def spread(group: Any, key: str) -> str:
-    """A variant's ``key`` over its seeds (a ``runs.seeds`` group): mean ± sample std
+def metric(value: Any, spec: Any) -> str:
+    """A final metric as the table shows it, in its declared unit when ``spec`` is a
+    declaration (``runs.presentation.metric_text``)."""
+    return presentation.metric_text(value, *_metric(spec))
+
+
+@register.filter
+def metric_label(spec: Any) -> str:
+    """A metric's heading: its declared display name and unit, else its key."""
+    return presentation.metric_label(*_metric(spec))
+
+
+@register.filter
+def better(spec: Any) -> str:
+    """Which way a declared metric is better, in words."""
+    return presentation.direction_text(_metric(spec)[1])
+
+
+@register.filter
+def spread(group: Any, spec: Any) -> str:
+    """A variant's metric over its seeds (a ``runs.seeds`` group): mean ± sample std
     (``runs.presentation.spread_text``)."""
+    key, declaration = _metric(spec)
     stats = (group.get("stats") or {}).get(key) if isinstance(group, dict) else None
-    return presentation.spread_text(stats, key)
+    return presentation.spread_text(stats, key, declaration)
 
 
 @register.filter
-def delta(group: Any, key: str) -> str:
+def delta(group: Any, spec: Any) -> str:
     """A variant's difference from the baseline, ± its standard error when it is known
     (``runs.presentation.delta_text``)."""
     if not isinstance(group, dict):
         return "–"
-    return presentation.delta_text(group.get("delta"), group.get("delta_se"), key)
+    return presentation.delta_text(group.get("delta"), group.get("delta_se"), *_metric(spec))
 
 
 @register.filter

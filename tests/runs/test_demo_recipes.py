@@ -10,9 +10,11 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
+from runs import steady
 from runs.compute import run_cost, validate_compute_model
 from runs.demo_recipes import TINY_MOE, TINY_TOKENS_PER_PARAM, ladder_scale
 from runs.ladder import MIN_R_SQUARED, LadderPoint, LadderVariant, ladder_build
+from runs.metric_declarations import declarations_parse, declarations_validate
 
 SCALES = ("small", "medium", "large")
 # bench/RESULTS.md, "ladder": final eval/loss of each scale, seed 0, measured with
@@ -52,8 +54,12 @@ def test_tiny_recipe_files_steps_are_the_ladders_at_its_tokens_per_parameter() -
         assert scale == expected, name
 
 
-def test_tiny_recipe_declares_a_valid_warm_up() -> None:
-    assert TINY_MOE["compute_model"]["steady_state_warmup_steps"] == 5
+def test_tiny_recipe_declares_a_valid_warm_up_once() -> None:
+    declared = declarations_parse(TINY_MOE["metrics"])
+    throughput = [d for d in declared.values() if steady.is_steady_state_key(d.key)]
+    assert throughput and {d.warmup_steps for d in throughput} == {5}
+    assert "steady_state_warmup_steps" not in TINY_MOE["compute_model"]
+    assert declarations_validate(TINY_MOE["metrics"]) == []
     assert validate_compute_model(TINY_MOE["compute_model"]) == []
 
 

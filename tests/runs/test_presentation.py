@@ -11,6 +11,7 @@ import pytest
 from django.test import Client
 
 from runs import charts_png, metrics, presentation, queue, results, series
+from runs.metric_declarations import MetricDeclaration
 from runs.metrics import PointBatch
 from runs.models import Run, RunState
 from tests.runs.runs_helpers import launched_plan
@@ -101,3 +102,27 @@ def test_the_run_table_the_charts_and_the_png_label_runs_alike(client: Client, r
                 )
                 in cells
             )
+
+
+def test_a_declared_unit_decides_how_a_value_is_written() -> None:
+    mfu = MetricDeclaration(key="throughput/mfu", unit="percent", display="MFU")
+    assert presentation.metric_text(41.0, mfu.key, mfu) == "41.0%"
+    assert presentation.metric_text(0.41, mfu.key) == "41.0%"  # undeclared: the key decides
+    drop = MetricDeclaration(key="moe/drop_fraction", unit="fraction")
+    assert presentation.metric_text(0.125, drop.key, drop) == "12.5%"
+    assert presentation.metric_text(0.125, drop.key) == "0.125"
+    seconds = MetricDeclaration(key="run_seconds", unit="seconds")
+    assert presentation.metric_text(12.34, seconds.key, seconds) == "12.3 s"
+    loss = MetricDeclaration(key="train/loss", unit="nats")  # no rule of its own: the key's
+    assert presentation.metric_text(2.5, loss.key, loss) == "2.5000"
+    assert presentation.spread_text({"mean": 41.0, "std": 1.0}, mfu.key, mfu) == "41.0% ± 1.0%"
+
+
+def test_a_declared_metric_is_labelled_with_its_name_and_unit() -> None:
+    assert presentation.metric_label("throughput/mfu") == "throughput/mfu"
+    mfu = MetricDeclaration(key="throughput/mfu", unit="fraction", display="MFU")
+    assert presentation.metric_label(mfu.key, mfu) == "MFU (%)"
+    loss = MetricDeclaration(key="train/loss", unit="nats", direction="lower")
+    assert presentation.metric_label(loss.key, loss) == "train/loss (nats)"
+    assert presentation.direction_text(loss) == "lower is better"
+    assert presentation.direction_text(None) == ""

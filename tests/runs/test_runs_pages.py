@@ -27,7 +27,7 @@ def test_run_page_is_public_and_shows_state_metrics_and_timeline(
     assert response.status_code == 200
     assert "running" in page
     assert "eval/loss" in page
-    assert "2.25000" in page
+    assert "2.2500" in page  # runs.presentation writes it
     assert "queued → running" in page
 
 

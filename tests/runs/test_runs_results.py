@@ -293,3 +293,24 @@ def test_summary_of_a_flat_ladder_states_no_multiplier_and_says_why(recipe: Any)
         "capacity_factor=2: no multiplier, because the baseline's fit has R²"
         in (summary["markdown"])
     )
+
+
+def test_the_result_table_writes_a_declared_unit_as_the_pages_do() -> None:
+    row = {
+        "run": 1,
+        "scale": "",
+        "seed": None,
+        "overrides": {},
+        "state": "finished",
+        "cached_from": None,
+        "metrics": {"throughput/mfu": 41.0},
+    }
+    summary: dict[str, Any] = {
+        "keys": ["throughput/mfu"],
+        "runs": [row],
+        "groups": [],
+        "criteria": {},
+        "units": {"throughput/mfu": "percent"},  # Marin's recipe: MFU declared in percent
+    }
+    assert "| 41.0% |" in results.summary_markdown(summary)
+    assert "| 4100.0% |" in results.summary_markdown({**summary, "units": {}})

@@ -36,13 +36,22 @@ def _running(plan: Plan) -> Run:
     return run
 
 
-def _with_warmup(recipe: Recipe, steps: int | None) -> Recipe:
+def _with_warmup(recipe: Recipe, steps: int | None, *, declared: int | None = None) -> Recipe:
+    """The recipe with ``steps`` as its compute model's warm-up and ``declared`` as each
+    throughput key's declared one (None: not declared)."""
     model = dict(recipe.compute_model)
     model.pop("steady_state_warmup_steps", None)
     if steps is not None:
         model["steady_state_warmup_steps"] = steps
     recipe.compute_model = model
-    recipe.save(update_fields=["compute_model"])
+    declarations = []
+    for given in recipe.metrics:
+        item = {k: v for k, v in given.items() if k != "warmup_steps"}
+        if declared is not None and steady.is_steady_state_key(item["key"]):
+            item["warmup_steps"] = declared
+        declarations.append(item)
+    recipe.metrics = declarations
+    recipe.save(update_fields=["compute_model", "metrics"])
     return recipe
 
 
@@ -57,6 +66,31 @@ def test_throughput_summary_is_the_median_after_the_declared_warm_up(recipe: Any
     values = results.final_metrics(runs=[run])[run.pk]
     assert values["throughput/tokens_per_second"] == 999.0
     assert values["train/loss"] == 1.5
+
+
+def test_a_keys_declared_warm_up_comes_before_the_compute_models(recipe: Any) -> None:
+    run = _running(launched_plan(_with_warmup(recipe, 1, declared=3)))
+    _report(run, "throughput/tokens_per_second", SPEEDS)
+    summary = MetricSummary.objects.get(run=run, key="throughput/tokens_per_second")
+    assert summary.steady == statistics.median(SPEEDS[3:])  # after step 3, not step 1
+
+
+def test_the_declared_warm_up_is_the_keys_own() -> None:
+    assert (
+        steady.warmup_last_step(
+            compute_model={"steady_state_warmup_steps": 1},
+            first_step=1,
+            last_step=11,
+            declared_steps=4,
+        )
+        == 4
+    )
+    assert (
+        steady.warmup_last_step(
+            compute_model={"steady_state_warmup_steps": 1}, first_step=1, last_step=11
+        )
+        == 1
+    )
 
 
 def test_median_follows_points_that_arrive_later(recipe: Any) -> None:
