@@ -119,7 +119,8 @@ def points_parse(*, data: Any) -> PointBatch:
             value = point.get("value")
             at = point.get("time")
             if (
-                (key in good_keys or _good_key(key, good_keys))
+                type(key) is str
+                and (key in good_keys or _good_key(key, good_keys))
                 and type(step) is int
                 and 0 <= step < MAX_STEP
                 and (
@@ -128,7 +129,7 @@ def points_parse(*, data: Any) -> PointBatch:
                 )
                 and (at is None or (type(at) in (int, float) and EARLIEST <= at <= LATEST))
             ):
-                keys.append(key)  # type: ignore[arg-type]
+                keys.append(key)
                 steps.append(step)
                 values.append(value if type(value) is float else float(value))
                 times.append(at)

@@ -506,3 +506,26 @@ def test_a_run_token_expires_after_the_time_limit_and_grace(
     assert response.status_code == 401
     assert "expired" in response.json()["detail"]
     assert not MetricPoint.objects.filter(run=run).exists()
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        '{"points": [{"key": ["a"], "step": 1, "value": 1.0}]}',
+        '{"points": [{"key": {"a": 1}, "step": 1, "value": 1.0}]}',
+        '{"points": [{"key": "a\\u0000b", "step": 1, "value": 1.0}]}',
+        '{"points": [{"key": "\\ud800", "step": 1, "value": 1.0}]}',
+        '{"points": [{"key": "a", "step": 99999999999999999999999, "value": 1.0}]}',
+        '{"points": [{"key": "a", "step": "1", "value": 1.0}]}',
+        '{"points": [{"key": "a", "step": 1, "value": "x"}]}',
+        '{"points": ' + "[" * 300 + "]" * 300 + "}",
+        '{"points": {"key": "a"}}',
+    ],
+)
+def test_hostile_metric_batches_are_refused_and_store_nothing(
+    api: APIClient, running: tuple[Run, str], raw: str
+) -> None:
+    run, token = running
+    response = post(api, run, token, "metrics/", raw)
+    assert 400 <= response.status_code < 500, (response.status_code, response.content[:200])
+    assert not MetricPoint.objects.filter(run=run).exists()
