@@ -126,7 +126,7 @@ def test_a_levanter_training_loop_reports_to_the_run(job: Run, tmp_path: pathlib
     job.refresh_from_db()
     assert job.tracker_config == {"optimizer": {"lr": 0.1}, "steps": 6}
     assert job.final_metrics == {"final_loss": pytest.approx(float(info.loss))}
-    assert job.artifacts == [
+    assert job.tracker_artifacts == [
         {"uri": str(tmp_path / "checkpoints"), "name": "checkpoints", "type": "ckpt"}
     ]
     assert job.state == RunState.RUNNING  # the job's exit decides how it ended
