@@ -130,8 +130,15 @@ class CommentForm(forms.Form):
 
 
 class OutcomeForm(forms.Form):
-    outcome = forms.ChoiceField(choices=Outcome.choices)
-    confidence = forms.ChoiceField(choices=Confidence.choices)
+    # No verdict is chosen for the maintainer: the first option is a prompt, not "worked".
+    outcome = forms.ChoiceField(choices=[("", "Choose a verdict…"), *Outcome.choices])
+    confidence = forms.ChoiceField(choices=[("", "Choose…"), *Confidence.choices])
     conclusion = forms.CharField(
         required=False, max_length=64 * 1024, widget=forms.Textarea(attrs={"rows": 4})
+    )
+    without_results_reason = forms.CharField(
+        required=False,
+        max_length=10_000,
+        label="Why record it without results",
+        widget=forms.Textarea(attrs={"rows": 2}),
     )

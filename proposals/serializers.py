@@ -163,6 +163,13 @@ class OutcomeSerializer(serializers.Serializer):
     outcome = serializers.ChoiceField(choices=Outcome.choices)
     conclusion = serializers.CharField(allow_blank=True, max_length=64 * 1024)
     confidence = serializers.ChoiceField(choices=Confidence.choices)
+    without_results_reason = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=10_000,
+        help_text="Required while the plan's runs are not all terminal: why the verdict "
+        "cannot wait for the results.",
+    )
 
 
 class ReviewSerializer(serializers.ModelSerializer):

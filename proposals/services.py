@@ -34,6 +34,7 @@ from proposals.models import (
     Review,
     State,
 )
+from runs import selectors as run_selectors
 from runs.plans import Plan as PlanPreview
 from runs.services import plan_build, plan_cancel, plan_freeze, plan_launch
 
@@ -438,12 +439,30 @@ def proposal_record_outcome(
     conclusion: str,
     confidence: str,
     door: str = Door.WEB,
+    without_results_reason: str = "",
 ) -> Proposal:
-    """Record the scientific verdict, kept apart from the state; an event marks each change."""
+    """Record the scientific verdict, kept apart from the state; an event marks each change.
+
+    A verdict waits for the results: while any run of the proposal's plan is not terminal,
+    it is refused unless recorded explicitly without results, with a reason (kept on the
+    timeline)."""
     proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
     action_require(proposal=proposal, actor=actor, name="record_outcome")
     if outcome not in Outcome.values:
         raise ValidationError({"outcome": [f"must be one of {', '.join(Outcome.values)}"]})
+    reason = without_results_reason.strip()
+    pending = (
+        run_selectors.plan_results_pending(plan_id=proposal.plan_id) if proposal.plan_id else ""
+    )
+    if pending and not reason:
+        raise ValidationError(
+            {
+                "without_results_reason": [
+                    f"The results are not in ({pending}): record the outcome once every run "
+                    "has ended, or record it without results and give a reason."
+                ]
+            }
+        )
     previous = proposal.outcome
     if (previous, proposal.conclusion, proposal.confidence) == (outcome, conclusion, confidence):
         return proposal
@@ -460,7 +479,11 @@ def proposal_record_outcome(
         door=door,
         from_state=previous,
         to_state=outcome,
-        message=conclusion[:500],
+        message=(
+            f"Recorded without results ({pending}): {reason[:1000]}\n\n{conclusion[:500]}"
+            if pending
+            else conclusion[:500]
+        ),
     )
     outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     outbox_outcome_comment(proposal=proposal)

@@ -97,12 +97,18 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "comment_form": CommentForm(),
         "can_edit": "edit" in allowed,
         "can_record_outcome": "record_outcome" in allowed,
+        # The outcome form waits for the results (or an explicit "without results").
+        "results_pending": (
+            run_selectors.plan_results_pending(plan_id=proposal.plan_id)
+            if proposal.plan_id is not None and "record_outcome" in allowed
+            else ""
+        ),
         "timeline": timeline,
         "timeline_cut": timeline_cut,
         "outcome_form": OutcomeForm(
-            initial={
+            initial={  # a recorded verdict is kept when changing it; none is suggested
                 "outcome": proposal.outcome,
-                "confidence": proposal.confidence,
+                "confidence": proposal.confidence if proposal.outcome else "",
                 "conclusion": proposal.conclusion,
             }
         ),

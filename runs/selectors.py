@@ -79,6 +79,23 @@ def plan_in_flight(*, plan_id: int) -> bool:
     return Run.objects.filter(plan_id=plan_id).exclude(state__in=TERMINAL_RUN_STATES).exists()
 
 
+def plan_results_pending(*, plan_id: int) -> str:
+    """Why a plan's results are not in yet ("2 of 6 runs are not terminal"), or "" when
+    every run has ended. A launch whose runs are not expanded yet is pending too."""
+    from runs.models import PlanLaunch
+
+    states = list(Run.objects.filter(plan_id=plan_id).values_list("state", flat=True))
+    if not states:
+        launch = PlanLaunch.objects.filter(plan_id=plan_id).first()
+        if launch is not None and launch.expanded_at is None and launch.canceled_at is None:
+            return "the plan's runs are not created yet"
+        return ""
+    open_runs = sum(1 for state in states if state not in TERMINAL_RUN_STATES)
+    if not open_runs:
+        return ""
+    return f"{open_runs} of {len(states)} run{'s' if len(states) != 1 else ''} not terminal yet"
+
+
 def run_tracker_imports(*, run_id: int) -> QuerySet[TrackerImport]:
     return TrackerImport.objects.filter(run_id=run_id).order_by("-created_at", "-pk")
 

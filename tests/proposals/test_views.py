@@ -353,6 +353,75 @@ def test_outcome_on_the_web(client: Client, recipe: Any, maintainer: Any, contri
     assert Proposal.objects.get(pk=proposal.pk).outcome == "did_not_work"
 
 
+def _outcome_select(page: str) -> str:
+    return page.split('name="outcome"')[1].split("</select>", maxsplit=1)[0]
+
+
+def test_outcome_form_waits_for_the_runs_and_preselects_no_verdict(
+    client: Client, recipe: Any, maintainer: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe)  # two runs, queued
+    proposal = ProposalFactory.create(
+        recipe=recipe, state=State.APPROVED, author=contributor, plan=plan
+    )
+    client.force_login(maintainer)
+    waiting = client.get(proposal.get_absolute_url()).content.decode()
+    assert 'id="outcome-waits"' in waiting and "2 of 2 runs not terminal yet" in waiting
+    assert "<summary>Record without results</summary>" in waiting
+    assert 'name="without_results_reason"' in waiting
+    reason_field = waiting.split('name="without_results_reason"')[1].split(">")[0]
+    assert "required" in reason_field
+
+    for run in Run.objects.filter(plan=plan):
+        queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    ready = client.get(proposal.get_absolute_url()).content.decode()
+    assert 'id="outcome-waits"' not in ready
+    assert 'name="without_results_reason"' not in ready
+    assert "<summary>Record the outcome</summary>" in ready
+    select = _outcome_select(ready)
+    assert '<option value="" selected>Choose a verdict…</option>' in select
+    assert select.count("selected") == 1  # the prompt, never a verdict
+
+
+def test_outcome_while_runs_are_queued_needs_an_explicit_reason(
+    client: Client, api_as: Any, recipe: Any, maintainer: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe)
+    proposal = ProposalFactory.create(
+        recipe=recipe, state=State.APPROVED, author=contributor, plan=plan
+    )
+    body = {"outcome": "worked", "confidence": "exploratory", "conclusion": "Looks good."}
+    client.force_login(maintainer)
+    refused = client.post(f"/proposals/{proposal.pk}/outcome/", body)
+    assert refused.status_code == 400
+    assert "record it without results and give a reason" in refused.content.decode()
+    api = api_as(maintainer)
+    answer = api.post(f"/api/v1/proposals/{proposal.pk}/outcome/", body, format="json")
+    assert answer.status_code == 400 and "without_results_reason" in answer.json()
+    assert Proposal.objects.get(pk=proposal.pk).outcome == ""
+
+    body = {**body, "outcome": "not_evaluated", "without_results_reason": "Cluster reclaimed."}
+    assert client.post(f"/proposals/{proposal.pk}/outcome/", body).status_code == 302
+    proposal = Proposal.objects.get(pk=proposal.pk)
+    assert proposal.outcome == "not_evaluated"
+    event = proposal.events.get(verb="recorded outcome")
+    assert "Recorded without results (2 of 2 runs not terminal yet): Cluster reclaimed." in (
+        event.message
+    )
+
+
+def test_outcome_form_without_a_choice_is_refused(
+    client: Client, recipe: Any, maintainer: Any
+) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.APPROVED)
+    client.force_login(maintainer)
+    body = {"outcome": "", "confidence": "exploratory", "conclusion": ""}
+    response = client.post(f"/proposals/{proposal.pk}/outcome/", body)
+    assert response.status_code == 400 and "outcome" in response.content.decode()
+    assert Proposal.objects.get(pk=proposal.pk).outcome == ""
+
+
 def test_review_queue(client: Client, recipe: Any, reviewer: Any, contributor: Any) -> None:
     waiting = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, title="Waiting")
     ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=reviewer, title="Mine")
