@@ -61,3 +61,37 @@ def test_seed_demo_registers_the_reviewed_recipe_files_as_load_recipes_does(sett
     loaded = {r.name: r.updated_at for r in Recipe.objects.all()}
     call_command("seed_demo", stdout=StringIO())
     assert {r.name: r.updated_at for r in Recipe.objects.all()} == loaded
+
+
+def test_seed_demo_outcomes_agree_with_their_runs(settings: Any) -> None:
+    """No demo proposal claims a verdict while its runs are queued, and each verdict is the
+    one its runs' numbers support (the summary's suggested verdict over the same runs)."""
+    from runs.models import PlanLaunch, Run, RunState
+    from runs.results import latest_runs
+
+    settings.DEBUG = True
+    call_command("seed_demo", stdout=StringIO())
+    concluded = Proposal.objects.exclude(outcome="")
+    assert concluded.count() >= 6
+    judged = 0
+    for proposal in concluded:
+        runs = list(Run.objects.filter(plan_id=proposal.plan_id))
+        open_runs = [r.pk for r in runs if not r.is_terminal]
+        assert open_runs == [], (
+            f"{proposal.title!r} claims {proposal.outcome} with {open_runs} open"
+        )
+        if proposal.outcome == Outcome.NOT_EVALUATED:
+            continue
+        latest = latest_runs(plan_id=proposal.plan_id)
+        assert latest and all(r.state == RunState.FINISHED for r in latest), proposal.title
+        launch = PlanLaunch.objects.get(plan_id=proposal.plan_id)
+        assert launch.summary is not None, f"{proposal.title!r}: its plan was never summarised"
+        assert launch.summary["suggested_verdict"] == proposal.outcome, (
+            f"{proposal.title!r} records {proposal.outcome}, its runs say "
+            f"{launch.summary['suggested_verdict']} ({launch.summary['verdict_reason']})"
+        )
+        judged += 1
+    assert judged >= 5
+    # Proposals still waiting for their runs claim nothing.
+    waiting = Run.objects.exclude(state__in=["finished", "failed", "killed", "crashed"])
+    assert not Proposal.objects.filter(plan__runs__in=waiting).exclude(outcome="").exists()

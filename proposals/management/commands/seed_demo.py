@@ -1,7 +1,10 @@
 """Fill an empty site with demo accounts, recipes and a dozen proposals in every state.
 
 Everything goes through the services, so the demo timeline reads like a real one.
-Running it again changes nothing. The recipes are the project's reviewed files
+Running it again changes nothing. A proposal with a recorded outcome has its runs played
+to the end first (as a worker would report them: running, metrics, finished) with numbers
+that support that outcome, and the outcome is recorded only once they are terminal: no
+demo proposal claims a verdict its runs do not show, or while its runs are queued. The recipes are the project's reviewed files
 (``runs/recipes/``, as ``load_recipes`` registers them). The accounts have a known password,
 so the command refuses to run with DEBUG off: production never gets them.
 """
@@ -20,8 +23,10 @@ from marin_site.doors import Door
 from marin_site.roles import ROLES
 from proposals import services
 from proposals.models import Proposal
+from runs import metrics, queue, results, series
 from runs.demo_recipes import DEMO_RECIPES
-from runs.models import Pool, Recipe
+from runs.metrics import PointBatch
+from runs.models import Plan, Pool, Recipe, Run, RunState
 from runs.pools.services import pool_create
 from runs.services import recipe_create
 
@@ -34,6 +39,14 @@ DEMO_POOL: dict[str, Any] = {
     "recipes": ["tiny-moe"],
     "max_concurrent_runs": 2,
 }
+
+# The demo's made-up results: eval/loss of a recipe's baseline, the same in every plan (so a
+# baseline run reused from another plan's cache agrees), each seed a little apart.
+BASE_EVAL_LOSS = {"tiny-moe": 3.1, "marin-moe": 2.45}
+BASELINE_SPREAD = 0.001
+SEED_OFFSETS = {None: 0.0, 0: -1.0, 1: 1.0, 2: 0.0}
+DEMO_STEPS = (0, 100, 200, 300, 400)
+DEMO_CURVE = (1.6, 0.7, 0.3, 0.1, 0.0)  # above the final loss at each of those steps
 
 SPEC_CF = """axes:
   capacity_factor: [1.0, 1.25]
@@ -108,7 +121,9 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "recipe": "marin-moe",
             "spec": "axes:\n  capacity_factor: [1.0, 1.25]\nscales: [1b]\nseeds: [0, 1]\n",
             "labels": ["moe", "capacity"],
+            "baseline": {"capacity_factor": 1.0},
             "path": ["submit", "approve"],
+            "results": {"effects": {("capacity_factor", 1.25): -0.021}},
             "outcome": ("worked", "replicated", "Eval loss fell by 0.021 with both seeds."),
         },
         {
@@ -119,10 +134,11 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "spec": "axes:\n  num_experts: [4, 8]\nseeds: [0, 1]\n",
             "labels": ["moe"],
             "path": ["submit", "approve"],
+            "results": {"effects": {("num_experts", 8): 0.015}},
             "outcome": (
                 "did_not_work",
                 "replicated",
-                "No difference beyond seed noise (0.004); the router collapsed onto 3 experts.",
+                "Eval loss rose by 0.015 with both seeds; the router collapsed onto 3 experts.",
             ),
         },
         {
@@ -133,10 +149,12 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "spec": "axes:\n  warmup_fraction: [0.0, 0.01]\nscales: [1b]\n",
             "labels": ["optimizer", "stability"],
             "path": ["submit", "approve"],
+            "results": {"effects": {("warmup_fraction", 0.0): 0.35}},
             "outcome": (
                 "did_not_work",
                 "exploratory",
-                "Diverged at step 1,200 without warmup. **Keep warmup.**",
+                "Loss spiked early without warmup and ended 0.35 above the baseline. "
+                "**Keep warmup.**",
             ),
         },
         {
@@ -144,10 +162,15 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "summary": "Is the default learning rate too low?",
             "hypothesis": "Doubling the learning rate lowers final loss by 0.01.",
             "recipe": "tiny-moe",
-            "spec": "axes:\n  learning_rate: [0.003, 0.006]\n",
+            "spec": "axes:\n  learning_rate: [0.003, 0.006]\nseeds: [0, 1]\n",
             "labels": ["optimizer"],
             "path": ["submit", "approve"],
-            "outcome": ("inconclusive", "exploratory", "Within noise; needs more seeds."),
+            "results": {"effects": {("learning_rate", 0.006): 0.002}, "spread": 0.012},
+            "outcome": (
+                "inconclusive",
+                "exploratory",
+                "A difference of 0.002, well inside the seed spread; needs more seeds.",
+            ),
         },
         {
             "title": "Math-heavy mix",
@@ -157,7 +180,12 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "spec": "axes:\n  data_mix:\n    - {web: 0.5, code: 0.2, math: 0.3}\n",
             "labels": ["data-mix"],
             "path": ["submit", "approve"],
-            "outcome": ("promising", "exploratory", "Math loss down 0.04; web loss up 0.01."),
+            "results": {"effects": {("data_mix.math", 0.3): -0.005}},
+            "outcome": (
+                "promising",
+                "exploratory",
+                "Eval loss down 0.005, under the 0.01 threshold; math loss down 0.04, web up 0.01.",
+            ),
         },
         {
             "title": "Train the 23B model on 2x tokens",
@@ -186,6 +214,7 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "labels": ["baseline"],
             "path": ["submit", "approve", "cancel"],
             "outcome": ("not_evaluated", "exploratory", "Canceled when the cluster was needed."),
+            "without_results": "Canceled before any run started: there are no results to wait for.",
         },
     ]
 
@@ -247,6 +276,7 @@ class Command(BaseCommand):
                 "success_direction": "lower",
                 "success_threshold": 0.01,
                 "recipe": recipes[item["recipe"]],
+                "baseline": item.get("baseline", {}),
                 "ablation_spec": item["spec"],
                 "budget_accelerator_hours": 50_000.0 if item["recipe"] == "marin-moe" else 1.0,
             },
@@ -271,6 +301,10 @@ class Command(BaseCommand):
                         recommendation=recommendation,
                         text=text,
                     )
+        if "results" in item:
+            plan_id = Proposal.objects.get(pk=proposal.pk).plan_id
+            assert plan_id is not None, "an approved demo proposal has a plan"
+            _play_results(Plan.objects.get(pk=plan_id), item["recipe"], item["results"])
         if "outcome" in item:
             outcome, confidence, conclusion = item["outcome"]
             services.proposal_record_outcome(
@@ -279,9 +313,50 @@ class Command(BaseCommand):
                 outcome=outcome,
                 confidence=confidence,
                 conclusion=conclusion,
+                without_results_reason=item.get("without_results", ""),
             )
         services.comment_create(
             proposal_id=proposal.pk,
             author=users["rita"],
             body="What does the baseline's drop fraction look like at this scale?",
         )
+
+
+def _eval_loss(run: Run, recipe: str, made_up: dict[str, Any]) -> float:
+    """The run's made-up final eval/loss: the recipe's baseline, plus the effect of what
+    the point changes, plus its seed's offset."""
+    entry = run.entry
+    diff = entry.diff or {}
+    effect = sum(
+        delta
+        for (key, value), delta in made_up["effects"].items()
+        if key in diff and diff[key].get("value") == value
+    )
+    spread = BASELINE_SPREAD if entry.is_baseline else made_up.get("spread", BASELINE_SPREAD)
+    return BASE_EVAL_LOSS[recipe] + effect + SEED_OFFSETS.get(entry.seed, 0.0) * spread
+
+
+def _play_results(plan: Plan, recipe: str, made_up: dict[str, Any]) -> None:
+    """Create the plan's runs and report them to the end, as a worker would."""
+    queue.plan_expand(plan_id=plan.pk)
+    runs = Run.objects.filter(plan=plan).select_related("entry").order_by("entry__index")
+    for run in runs:
+        if run.state != RunState.QUEUED:
+            continue  # a cached copy of a run another plan already finished
+        final = _eval_loss(run, recipe, made_up)
+        queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
+        curve = [final + above for above in DEMO_CURVE]
+        keys = ["eval/loss"] * len(curve) + ["train/loss"] * len(curve)
+        values = [*curve, *(v + 0.05 for v in curve)]
+        metrics.metrics_ingest(
+            run=Run.objects.get(pk=run.pk),
+            batch=PointBatch(
+                keys=keys,
+                steps=[*DEMO_STEPS, *DEMO_STEPS],
+                values=values,
+                times=[None] * len(values),
+            ),
+        )
+        series.series_refresh(run_id=run.pk)
+        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door=Door.WORKER)
+    results.plan_check_finished(plan_id=plan.pk)
