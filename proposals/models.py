@@ -353,6 +353,8 @@ class GitHubRoleGrant(models.Model):
     checked_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "GitHub role grant"
+        verbose_name_plural = "GitHub role grants"
         constraints = [
             models.UniqueConstraint(fields=["role", "login"], name="github_role_grant_unique")
         ]

@@ -144,6 +144,8 @@ class PlanEntry(models.Model):
     cost_formula = models.TextField(blank=True)
 
     class Meta:
+        verbose_name = "plan entry"
+        verbose_name_plural = "plan entries"
         ordering = ["plan", "index"]
         constraints = [
             models.UniqueConstraint(fields=["plan", "config_hash"], name="plan_entry_hash_unique"),
@@ -181,6 +183,10 @@ class PlanLaunch(models.Model):
     canceled_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     summary = models.JSONField(null=True, blank=True)
+
+    class Meta:
+        verbose_name = "plan launch"
+        verbose_name_plural = "plan launches"
 
     def __str__(self) -> str:
         return f"launch of plan {self.plan_id} on {self.executor}"
@@ -351,6 +357,8 @@ class MetricSummary(models.Model):
     )
 
     class Meta:
+        verbose_name = "metric summary"
+        verbose_name_plural = "metric summaries"
         ordering = ["run", "key"]
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="metric_summary_unique")]
         indexes = [
@@ -382,6 +390,8 @@ class MetricSeries(models.Model):
     refreshed_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name = "metric series"
+        verbose_name_plural = "metric series"
         constraints = [models.UniqueConstraint(fields=["run", "key"], name="metric_series_unique")]
 
     def __str__(self) -> str:

@@ -133,3 +133,35 @@ def test_recipes_written_in_the_admin_pass_the_recipe_services_checks(
     assert edited.status_code == 302
     recipe.refresh_from_db()
     assert recipe.title == "Edited in the admin"
+
+
+def _english_plural(singular: str) -> str:
+    """The plural of the last word, by the rules Django's default (add "s") ignores."""
+    head, _, last = singular.rpartition(" ")
+    if last.endswith("series"):
+        plural = last
+    elif last.endswith(("s", "x", "ch", "sh")):
+        plural = f"{last}es"
+    elif last.endswith("y") and last[-2:-1] not in "aeiou":
+        plural = f"{last[:-1]}ies"
+    else:
+        plural = f"{last}s"
+    return f"{head} {plural}" if head else plural
+
+
+def test_admin_names_are_spelled_right() -> None:
+    """Every model the admin lists is named in words: "plan entries", "metric series" and
+    "GitHub role grants", never "plan entrys", "metric seriess" or "git hub role grants"."""
+    problems = []
+    for model in admin.site._registry:
+        meta = model._meta
+        singular, plural = str(meta.verbose_name), str(meta.verbose_name_plural)
+        if plural.lower() != _english_plural(singular).lower():
+            problems.append(f"{meta.label}: {singular!r} / {plural!r}")
+        if "git hub" in singular.lower():
+            problems.append(f"{meta.label}: {singular!r} splits GitHub")
+    assert problems == []
+    names = {m._meta.label: str(m._meta.verbose_name_plural) for m in admin.site._registry}
+    assert names["runs.PlanEntry"] == "plan entries"
+    assert names["runs.MetricSeries"] == "metric series"
+    assert names["proposals.GitHubRoleGrant"] == "GitHub role grants"
