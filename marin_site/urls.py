@@ -17,10 +17,12 @@ urlpatterns = [
     path("runs/<int:pk>/import/", run_views.run_import, name="run-import"),
     path("runs/<int:pk>/claim/", run_views.run_claim, name="run-claim"),
     path("runs/<int:pk>/give-back/", run_views.run_give_back, name="run-give-back"),
+    path("runs/<int:pk>/<str:action>/", run_views.run_action, name="run-action"),
     path("pools/", include("runs.pools.urls")),
     path("", include(agent_file_urlpatterns)),  # the agent program and the run client
     path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
     path("healthz", views.healthz, name="healthz"),
+    path("favicon.ico", views.favicon, name="favicon"),
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("marin_site.api_urls")),

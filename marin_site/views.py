@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from django.db import connection
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.templatetags.static import static
 from django.views import defaults
 from django.views.decorators.cache import never_cache
 
@@ -52,3 +53,9 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if request.path.startswith(MACHINE_PREFIXES):
         return JsonResponse({"detail": "Server error: it has been logged."}, status=500)
     return defaults.server_error(request)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers and feed readers ask for whatever the page links:
+    the site's icon (a static file, ``static/img/favicon.svg``)."""
+    return HttpResponsePermanentRedirect(static("img/favicon.svg"))

@@ -7,6 +7,7 @@ picked. Any other markdown image becomes a link to it, and a raw ``<img>`` loses
 
 from __future__ import annotations
 
+import html
 import xml.etree.ElementTree as ET
 from functools import lru_cache
 from urllib.parse import urlsplit
@@ -146,3 +147,10 @@ def _render(text: str, hosts: frozenset[str]) -> str:
         strip_comments=True,
         attribute_filter=drop_foreign_images,
     )
+
+
+def plain_text(text: str) -> str:
+    """What a reader of the rendered markdown sees, as one line of text: ``**Keep** it`` is
+    ``Keep it``, a link is its words, a code span its code. For snippets and summaries."""
+    rendered = nh3.clean(str(render_markdown(text or "")), tags=set(), attributes={})
+    return " ".join(html.unescape(rendered).split())

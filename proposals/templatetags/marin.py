@@ -8,7 +8,7 @@ from typing import Any
 from django import template
 from django.utils.safestring import SafeString
 
-from proposals.markdown import render_markdown
+from proposals.markdown import plain_text, render_markdown
 
 register = template.Library()
 
@@ -16,6 +16,13 @@ register = template.Library()
 @register.filter(name="markdown")
 def markdown_filter(text: str) -> SafeString:
     return render_markdown(text)
+
+
+@register.filter
+def markdown_text(text: str) -> str:
+    """Markdown as plain text, for snippets: rendered (and sanitized), then the tags
+    dropped and the entities decoded; the template escapes the result like any text."""
+    return plain_text(text)
 
 
 @register.filter
