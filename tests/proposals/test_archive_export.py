@@ -141,12 +141,34 @@ def test_archive_lists_proposals_that_did_not_work_or_were_inconclusive(
     assert "Z-loss" in body
     assert "Longer warmup" not in body
     assert "Untried idea" not in body
-    assert "Loss got **worse** at every scale." in body  # the conclusion, as plain text
+    assert "Loss got worse at every scale." in body  # the conclusion's text, not its markdown
+    assert "**worse**" not in body
     assert "3 runs: 1 finished, 2 failed" in body
     titles = [p.title for p in response.context["page"].object_list]
     assert titles == ["Top-2 routing", "Z-loss"]  # concluded most recently first
     assert response.context["proposal_count"] == 2
     assert response.context["run_count"] == 3
+
+
+def test_archive_and_search_snippets_are_text_not_markdown(client: Client, recipe: Any) -> None:
+    ProposalFactory.create(
+        recipe=recipe,
+        state=State.APPROVED,
+        title="Snippet check",
+        summary="Route with `top_k=2` and **no** [aux loss](https://example.org/aux)",
+        outcome=Outcome.DID_NOT_WORK,
+        confidence=Confidence.EXPLORATORY,
+        conclusion="## Result\n\n- eval loss *rose* by 0.02 &amp; more\n- <script>x()</script>",
+        concluded_at=timezone.now(),
+    )
+    archive = client.get("/archive/").content.decode()
+    search = client.get("/search/?q=snippet").content.decode()
+    for page in (archive, search):
+        assert "Route with top_k=2 and no aux loss" in page
+        assert "`" not in page.split("Route with")[1].split("<")[0]
+    conclusion = archive.split("<strong>Conclusion:</strong>")[1].split("</p>")[0]
+    assert conclusion.strip() == "Result eval loss rose by 0.02 &amp; more"  # the reader sees &
+    assert "<script>" not in archive and "##" not in conclusion
 
 
 def test_archive_lists_failed_and_crashed_runs_with_their_proposal(
