@@ -14,7 +14,7 @@ from django.dispatch import receiver
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
-from runs.signals import plan_owners, reconcile_pass
+from runs.signals import plan_owners, plan_pages, reconcile_pass
 
 
 @receiver(PAGE_SIGNALS, sender=Proposal, dispatch_uid="pagecache:proposals.Proposal")
@@ -39,3 +39,12 @@ def on_reconcile_pass(sender: Any, **kwargs: Any) -> dict[str, int]:
 def on_plan_owners(sender: Any, *, plan_id: int, **kwargs: Any) -> list[int]:
     """Who answers for a plan: the author of the approved proposal it came from."""
     return proposal_plan_owners(plan_id=plan_id)
+
+
+@receiver(plan_pages, dispatch_uid="proposals.plan_pages")
+def on_plan_pages(sender: Any, *, plan_id: int, **kwargs: Any) -> tuple[str, str] | None:
+    """The page that shows a plan: the proposal it was approved from."""
+    proposal = Proposal.objects.filter(plan_id=plan_id).only("pk", "title").first()
+    if proposal is None:
+        return None
+    return f"#{proposal.pk} {proposal.title}", proposal.get_absolute_url()

@@ -94,3 +94,25 @@ def answers_for_the_plan(user: Any, run: Any) -> bool:
 
 
 rules.add_perm(CLAIM_RUN, is_maintainer | answers_for_the_plan)
+
+
+RUN_ACTIONS = ("cancel", "rerun", "retry")
+RETRYABLE_STATES = frozenset({"failed", "crashed", "killed"})
+
+
+def run_allowed_actions(*, run: Any, user: Any, latest: bool) -> list[str]:
+    """The run actions ``user`` may take on ``run`` now, as the run services decide them
+    (``runs.queue.run_cancel``, ``run_rerun``, ``run_retry``): the permission, then the
+    state. ``latest``: no newer run of the same plan entry exists (a rerun replaced it)."""
+    from runs.models import TERMINAL_RUN_STATES
+
+    if user is None or not user.is_authenticated:
+        return []
+    allowed = []
+    if run.state not in TERMINAL_RUN_STATES and user.has_perm(CANCEL_RUN, run):
+        allowed.append("cancel")
+    if latest and run.state in TERMINAL_RUN_STATES and user.has_perm(RERUN_RUN, run):
+        allowed.append("rerun")
+    if latest and run.state in RETRYABLE_STATES and user.has_perm(RETRY_RUN, run):
+        allowed.append("retry")
+    return allowed

@@ -47,6 +47,11 @@ STATE_ORDER = {
     RunState.KILLED: 6,
 }
 FIXED_SORTS = ("run", "state", "progress", "attempt")
+# Columns shown only when asked for (``?columns=attempt,executor,run_seconds``): the default
+# columns are the run, its config, state, progress and the recipe's declared metric columns,
+# so the table fits a 1366-pixel screen; any other key with a value is offered too.
+OPTIONAL_FIXED = ("attempt", "executor")
+MAX_EXTRA_COLUMNS = 20
 
 
 @dataclass
@@ -109,6 +114,25 @@ class RunTable:
     values: dict[int, dict[str, float]] = field(default_factory=dict)
     logged_keys: list[str] = field(default_factory=list)  # keys with points: what charts draw
     declarations: dict[str, MetricDeclaration] = field(default_factory=dict)  # the recipe's
+    shown: list[str] = field(default_factory=list)  # optional columns asked for, in order
+    optional: list[tuple[str, str]] = field(default_factory=list)  # (id, label) on offer
+
+    @property
+    def shows_attempt(self) -> bool:
+        return "attempt" in self.shown
+
+    @property
+    def shows_executor(self) -> bool:
+        return "executor" in self.shown
+
+    @property
+    def column_count(self) -> int:
+        """Every column the table draws (a group row spans them)."""
+        return 5 + len(self.metric_keys) + self.shows_attempt + self.shows_executor
+
+    @property
+    def columns_param(self) -> str:
+        return ",".join(self.shown)
 
     @property
     def active(self) -> bool:
@@ -194,6 +218,18 @@ def metric_columns(declared: Mapping[str, MetricDeclaration]) -> dict[str, Metri
     if chosen:
         return chosen
     return {key: declared.get(key) or MetricDeclaration(key=key) for key in TABLE_KEYS}
+
+
+def columns_parse(values: Iterable[str]) -> list[str]:
+    """Optional column ids from ``?columns=a,b`` (or repeated ``columns``), without repeats;
+    which of them exist is the table's to say."""
+    chosen: list[str] = []
+    for value in values:
+        for raw in str(value).split(","):
+            part = raw.strip()[:200]
+            if part and part not in chosen:
+                chosen.append(part)
+    return chosen[:MAX_EXTRA_COLUMNS]
 
 
 def plan_axes(plan: Plan | None) -> list[str]:
@@ -307,18 +343,37 @@ def run_table_build(
     sort: str = "",
     group: str = "",
     extra_params: Mapping[str, str] | None = None,
+    columns: Sequence[str] = (),
 ) -> RunTable:
     """The table of ``runs`` (loaded with their entries), sorted and grouped.
 
-    ``extra_params`` go into every sort link (the compare page keeps its run ids)."""
+    ``extra_params`` go into every sort link (the compare page keeps its run ids);
+    ``columns`` names optional columns to show besides the default ones (unknown ids are
+    ignored)."""
     runs = list(runs)
     axes = plan_axes(plan)
     values, steps, logged = presentation.final_values(runs)
     declarations = plan_declarations(plan)
-    columns = metric_columns(declarations)
-    rows = [_row(run, axes, values[run.pk], steps.get(run.pk), columns) for run in runs]
+    default_columns = metric_columns(declarations)
     all_keys = ordered_keys(k for v in values.values() for k in v)
-    metric_keys = list(columns)
+    other_metrics = [k for k in all_keys if k not in default_columns]
+    optional = [
+        *((c, c) for c in OPTIONAL_FIXED),
+        *(
+            (k, presentation.metric_label(k, declarations.get(k) or MetricDeclaration(key=k)))
+            for k in other_metrics
+        ),
+    ]
+    offered = {c for c, _ in optional}
+    shown = [c for c in columns if c in offered]
+    chosen = {
+        **default_columns,
+        **{k: declarations.get(k) or MetricDeclaration(key=k) for k in shown if k in all_keys},
+    }
+    rows = [_row(run, axes, values[run.pk], steps.get(run.pk), chosen) for run in runs]
+    metric_keys = list(chosen)
+    if shown:
+        extra_params = {**(extra_params or {}), "columns": ",".join(shown)}
     sort = sort if sort.lstrip("-") in {*FIXED_SORTS, *metric_keys, *axes} else ""
     group = group if group in axes else ""
     rows = rows_sort(rows, sort=sort, axes=axes, metric_keys=metric_keys)
@@ -340,14 +395,18 @@ def run_table_build(
             axes=axes,
             metric_keys=metric_keys,
             extra=extra_params or {},
-            labels={k: presentation.metric_label(k, d) for k, d in columns.items()},
+            labels={k: presentation.metric_label(k, d) for k, d in chosen.items()},
         ),
         values=values,
         declarations=declarations,
+        shown=shown,
+        optional=optional,
     )
 
 
-def plan_run_table(*, plan: Plan, sort: str = "", group: str = "") -> RunTable:
+def plan_run_table(
+    *, plan: Plan, sort: str = "", group: str = "", columns: Sequence[str] = ()
+) -> RunTable:
     # The launch before the runs: each query sees what was committed when it started, so an
     # expansion committing in between must not read as "expanded, and no runs" (not live,
     # and the page would stop polling before its runs appear).
@@ -357,7 +416,9 @@ def plan_run_table(*, plan: Plan, sort: str = "", group: str = "") -> RunTable:
         .select_related("entry")
         .order_by("entry__index", "sequence")
     )
-    return run_table_build(runs=runs, plan=plan, launch=launch, sort=sort, group=group)
+    return run_table_build(
+        runs=runs, plan=plan, launch=launch, sort=sort, group=group, columns=columns
+    )
 
 
 def ladder_metric(table: RunTable) -> str:
@@ -403,7 +464,9 @@ class Comparison:
     run_axes: dict[int, dict[str, Any]]
 
 
-def compare_build(*, run_ids: Sequence[int], sort: str = "", ids_text: str = "") -> Comparison:
+def compare_build(
+    *, run_ids: Sequence[int], sort: str = "", ids_text: str = "", columns: Sequence[str] = ()
+) -> Comparison:
     """The picked runs (in the order asked), their metrics, and only the config keys whose
     values differ between them. ``ids_text`` goes into the table's sort links."""
     found = {
@@ -411,7 +474,10 @@ def compare_build(*, run_ids: Sequence[int], sort: str = "", ids_text: str = "")
     }
     runs = [found[pk] for pk in run_ids if pk in found]
     table = run_table_build(
-        runs=runs, sort=sort, extra_params={"ids": ids_text} if ids_text else None
+        runs=runs,
+        sort=sort,
+        extra_params={"ids": ids_text} if ids_text else None,
+        columns=columns,
     )
     flat = {run.pk: flatten(run.config or {}) for run in runs}
     keys = sorted({k for config in flat.values() for k in config})

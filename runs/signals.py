@@ -13,6 +13,8 @@
 - ``plan_owners``: kwarg ``plan_id``; each receiver returns the ids of the users who answer
   for the plan (the author of the approved proposal it came from), who may claim its queued
   runs to execute by hand (``runs.permissions.CLAIM_RUN``). Asked, not announced.
+- ``plan_pages``: kwarg ``plan_id``; each receiver returns ``(label, url)`` of the page that
+  shows the plan (its proposal's page) or None. A run's page links back to it. Asked.
 
 The first two are sent after the transaction that caused them commits.
 """
@@ -25,3 +27,4 @@ run_state_changed = Signal()
 plan_finished = Signal()
 reconcile_pass = Signal()
 plan_owners = Signal()
+plan_pages = Signal()

@@ -140,6 +140,15 @@ def _run_page(
     declarations = selectors.run_metric_declarations(run=run)
     summaries = list(run.summaries.all())
     imports = list(selectors.run_tracker_imports(run_id=run.pk)[:5])
+    newer = (
+        Run.objects.filter(entry_id=run.entry_id, sequence__gt=run.sequence)
+        .order_by("-sequence")
+        .only("pk", "state")
+        .first()
+    )
+    charted = run_table.ordered_keys(s.key for s in summaries)
+    chart_keys = charted[: run_table.DEFAULT_CHARTS]
+    series_query = run_table.series_query(chart_keys, {"ids": str(run.pk)})
     return render(
         request,
         "runs/run_detail.html",
@@ -172,6 +181,17 @@ def _run_page(
             "leases": run.leases.select_related("agent__pool").order_by("pk"),
             "artifacts": run.artifacts.all(),
             "claim": claim,
+            "plan_page": _plan_page(run.plan_id),
+            "newer": newer,
+            "run_actions": run_perms.run_allowed_actions(
+                run=run, user=request.user, latest=newer is None
+            ),
+            "chart_keys": chart_keys,
+            "other_chart_keys": charted[run_table.DEFAULT_CHARTS :],
+            "series_url": f"{reverse('api-root')}runs/series/?{series_query}",
+            "results_config": {"pollMs": run_table.POLL_MILLISECONDS, "runAxes": {}},
+            "log_url": reverse("run-logs", kwargs={"pk": run.pk}),
+            "run_url": reverse("run-detail", kwargs={"pk": run.pk}),
             "can_claim": run.state == "queued" and request.user.has_perm(run_perms.CLAIM_RUN, run),
             "can_give_back": run.executor == "external"
             and run.state == "running"
@@ -183,6 +203,59 @@ def _run_page(
         },
         status=status,
     )
+
+
+def _plan_page(plan_id: int) -> tuple[str, str] | None:
+    """(label, url) of the page showing the plan (its proposal's), as ``plan_pages`` tells."""
+    from runs.signals import plan_pages
+
+    for _receiver, answer in plan_pages.send_robust(sender=Plan, plan_id=plan_id):
+        if isinstance(answer, tuple) and len(answer) == 2:
+            return (str(answer[0]), str(answer[1]))
+    return None
+
+
+RUN_ACTION_DONE = {
+    "rerun": "Run #{new} queued: a rerun of run #{old}.",
+    "retry": "Run #{new} queued: a retry of run #{old}.",
+}
+
+
+@login_required
+@require_POST
+def run_action(request: HttpRequest, pk: int, action: str) -> HttpResponse:
+    """Cancel, rerun or retry a run from its page: the services the API calls, which check
+    the permission and the state themselves (``runs.queue``)."""
+    from marin_site.errors import DomainError
+    from runs import queue
+
+    services_by_action = {
+        "cancel": queue.run_cancel,
+        "rerun": queue.run_rerun,
+        "retry": queue.run_retry,
+    }
+    if action not in services_by_action:
+        raise Http404("No such run action.")
+    run = get_object_or_404(Run, pk=pk)
+    try:
+        result = services_by_action[action](run_id=run.pk, actor=request.user, door=Door.WEB)
+    except DomainError as exc:
+        return render(
+            request,
+            "refused.html",
+            {"problems": [exc.message], "back": run.get_absolute_url()},
+            status=exc.status_code,
+        )
+    if action == "cancel":
+        messages.success(
+            request,
+            f"Run #{run.pk} canceled before it started."
+            if result.state == "killed"
+            else f"Cancel requested for run #{run.pk}: it stops once its executor confirms.",
+        )
+    else:
+        messages.success(request, RUN_ACTION_DONE[action].format(new=result.pk, old=run.pk))
+    return redirect(result)
 
 
 @require_POST
@@ -270,7 +343,10 @@ def plan_run_table(request: HttpRequest, plan_id: int) -> HttpResponse:
     """The run table alone: the proposal page polls it while runs are active."""
     plan = get_object_or_404(Plan, pk=plan_id)
     table = run_table.plan_run_table(
-        plan=plan, sort=request.GET.get("sort", ""), group=request.GET.get("group", "")
+        plan=plan,
+        sort=request.GET.get("sort", ""),
+        group=request.GET.get("group", ""),
+        columns=run_table.columns_parse(request.GET.getlist("columns")),
     )
     return render(request, "runs/_run_table.html", {"table": table, "launch": table.launch})
 
@@ -311,7 +387,10 @@ def run_compare(request: HttpRequest) -> HttpResponse:
     }
     if ids:
         comparison = run_table.compare_build(
-            run_ids=ids, sort=request.GET.get("sort", ""), ids_text=ids_text
+            run_ids=ids,
+            sort=request.GET.get("sort", ""),
+            ids_text=ids_text,
+            columns=run_table.columns_parse(request.GET.getlist("columns")),
         )
         table = comparison.table
         if request.GET.get("partial") == "table":

@@ -41,9 +41,12 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
     if plan is None:
         return {"table": None}
     request = context.get("request")
-    query = request.GET if request is not None else {}
+    query = request.GET if request is not None else None
     table = run_table.plan_run_table(
-        plan=plan, sort=str(query.get("sort", "")), group=str(query.get("group", ""))
+        plan=plan,
+        sort=str(query.get("sort", "")) if query else "",
+        group=str(query.get("group", "")) if query else "",
+        columns=run_table.columns_parse(query.getlist("columns")) if query else [],
     )
     ladder = run_table.table_ladder(table)
     return {

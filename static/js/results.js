@@ -95,6 +95,22 @@
     if (typeof b === "number") return 1;
     return JSON.stringify(a).localeCompare(JSON.stringify(b));
   };
+  const DASHES = [[], [7, 4], [2, 3], [12, 3, 2, 3], [1, 5], [16, 6]];
+  /** Run id -> dash pattern, and the legend (value, pattern), for the line-style axis. */
+  const dashing = (runs, axis) => {
+    if (!axis) return { byRun: new Map(), legend: [] };
+    const distinct = [];
+    const seen = new Set();
+    for (const run of runs) {
+      const value = axisValue(run, axis);
+      const id = JSON.stringify(value);
+      if (!seen.has(id)) { seen.add(id); distinct.push(value); }
+    }
+    distinct.sort(compareValues);
+    const index = new Map(distinct.map((v, i) => [JSON.stringify(v), i]));
+    const byRun = new Map(runs.map((run) => [run.id, DASHES[index.get(JSON.stringify(axisValue(run, axis))) % DASHES.length]]));
+    return { byRun, legend: distinct.map((v, i) => [v, DASHES[i % DASHES.length]]) };
+  };
   /** Run id -> colour, and the legend (value, colour) of the chosen axis. */
   const colouring = (runs, axis) => {
     const distinct = [];
@@ -116,10 +132,65 @@
   const tableBox = $("run-table");
   const controls = $("run-table-controls");
   const statusLine = $("live-status");
+  const TABLE_PARAMS = ["sort", "group", "columns"];
+  /** A multi-valued "columns" (the picker's checkboxes) as one comma-separated value. */
+  const columnsOf = (query) => query.getAll("columns").flatMap((v) => v.split(",")).filter(Boolean).join(",");
   let tableQuery = new URLSearchParams();
-  for (const name of ["sort", "group"]) {
-    const value = new URLSearchParams(location.search).get(name);
+  for (const name of TABLE_PARAMS) {
+    const search = new URLSearchParams(location.search);
+    const value = name === "columns" ? columnsOf(search) : search.get(name);
     if (value) tableQuery.set(name, value);
+  }
+
+  /* Runs ticked for comparison are kept in this browser (localStorage) across proposal
+   * pages until cleared; the compare form sends all of them. */
+  const PICK_KEY = "marin-site:compare-runs";
+  const compareForm = $("compare-form");
+  const storePicks = Boolean(compareForm && compareForm.dataset.pickStore === "true");
+  const readPicks = () => {
+    try {
+      const value = JSON.parse(localStorage.getItem(PICK_KEY) || "[]");
+      return Array.isArray(value) ? value.map(String).filter((v) => /^[0-9]{1,18}$/.test(v)) : [];
+    } catch (error) {
+      return [];
+    }
+  };
+  const writePicks = (ids) => {
+    try { localStorage.setItem(PICK_KEY, JSON.stringify(ids.slice(0, 100))); } catch (error) { /* private mode */ }
+  };
+  const showPicks = () => {
+    if (!storePicks) return;
+    const picks = readPicks();
+    const count = $("compare-picked-count");
+    const box = $("compare-picked");
+    if (count) count.textContent = String(picks.length);
+    if (box) box.hidden = picks.length === 0;
+    if (tableBox) {
+      const set = new Set(picks);
+      tableBox.querySelectorAll("input[name=ids]").forEach((input) => { input.checked = set.has(input.value); });
+    }
+  };
+  if (storePicks) {
+    if (tableBox) {
+      tableBox.addEventListener("change", (event) => {
+        const input = event.target.closest("input[name=ids]");
+        if (!input) return;
+        const picks = readPicks().filter((id) => id !== input.value);
+        if (input.checked) picks.push(input.value);
+        writePicks(picks);
+        showPicks();
+      });
+    }
+    const clear = $("compare-clear");
+    if (clear) clear.addEventListener("click", () => { writePicks([]); showPicks(); });
+    compareForm.addEventListener("submit", (event) => {
+      const picks = readPicks();
+      if (!picks.length) return; // nothing kept: the form sends what is ticked here
+      event.preventDefault();
+      location.assign(`${compareForm.action}?ids=${picks.join(",")}`);
+    });
+    window.addEventListener("storage", (event) => { if (event.key === PICK_KEY) showPicks(); });
+    showPicks();
   }
 
   const refreshTable = async () => {
@@ -132,6 +203,7 @@
     const ticked = new Set(Array.from(tableBox.querySelectorAll("input[name=ids]:checked"), (box) => box.value));
     tableBox.innerHTML = html; // rendered and escaped by Django's templates, same origin
     tableBox.querySelectorAll("input[name=ids]").forEach((box) => { box.checked = ticked.has(box.value); });
+    showPicks();
     const box = tableBox.querySelector(".run-table-box");
     const count = $("run-count");
     if (box && count) count.textContent = box.dataset.runCount || "0";
@@ -141,16 +213,19 @@
 
   const applyQuery = (query) => {
     tableQuery = new URLSearchParams();
-    for (const name of ["sort", "group", "ids"]) {
-      const value = query.get(name);
+    for (const name of [...TABLE_PARAMS, "ids"]) {
+      const value = name === "columns" ? columnsOf(query) : query.get(name);
       if (value) tableQuery.set(name, value);
     }
     if (controls) {
       if (controls.elements.sort) controls.elements.sort.value = tableQuery.get("sort") || "";
       if (controls.elements.group) controls.elements.group.value = tableQuery.get("group") || "";
+      const shown = new Set((tableQuery.get("columns") || "").split(","));
+      controls.querySelectorAll("input[name=columns]").forEach((box) => { box.checked = shown.has(box.value); });
     }
     const page = new URLSearchParams(location.search);
-    for (const name of ["sort", "group"]) {
+    page.delete("columns");
+    for (const name of TABLE_PARAMS) {
       if (tableQuery.get(name)) page.set(name, tableQuery.get(name)); else page.delete(name);
     }
     history.replaceState(null, "", `${location.pathname}${page.toString() ? "?" + page : ""}#results`);
@@ -180,9 +255,11 @@
   const legendBox = $("chart-legend");
   const colourSelect = $("chart-colour");
   const addSelect = $("chart-add");
+  const dashSelect = $("chart-dash");
   const plots = new Map(); // figure -> {plot, sig, lines, zoomed, tip}
   const view = {
     colour: colourSelect ? colourSelect.value : "run",
+    dash: dashSelect ? dashSelect.value : "",
     log: false,
     smooth: 0,
     band: true,
@@ -261,33 +338,60 @@
   }
 
   const updateColourOptions = (runs) => {
-    if (!colourSelect) return;
-    const present = new Set(Array.from(colourSelect.options, (o) => o.value));
-    for (const run of runs) {
-      for (const axis of Object.keys(run.axes || {})) {
-        if (!present.has(axis)) {
-          colourSelect.insertBefore(new Option(axis, axis), colourSelect.lastElementChild);
-          present.add(axis);
+    for (const select of [colourSelect, dashSelect]) {
+      if (!select) continue;
+      const present = new Set(Array.from(select.options, (o) => o.value));
+      for (const run of runs) {
+        for (const axis of Object.keys(run.axes || {})) {
+          if (!present.has(axis)) {
+            if (select === colourSelect) select.insertBefore(new Option(axis, axis), select.lastElementChild);
+            else select.append(new Option(axis, axis));
+            present.add(axis);
+          }
         }
       }
     }
   };
 
-  const renderLegend = (legend) => {
+  const SVG = "http://www.w3.org/2000/svg";
+  const dashSample = (pattern) => {
+    const svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("width", "28");
+    svg.setAttribute("height", "8");
+    svg.setAttribute("class", "dash-sample");
+    const line = document.createElementNS(SVG, "line");
+    line.setAttribute("x1", "0");
+    line.setAttribute("y1", "4");
+    line.setAttribute("x2", "28");
+    line.setAttribute("y2", "4");
+    line.setAttribute("stroke", "#364152");
+    line.setAttribute("stroke-width", "2");
+    if (pattern.length) line.setAttribute("stroke-dasharray", pattern.join(" "));
+    svg.append(line);
+    return svg;
+  };
+
+  const valueText = (value) => (typeof value === "string" ? value : JSON.stringify(value));
+  const renderLegend = (legend, dashLegend) => {
     if (!legendBox) return;
     const items = legend.slice(0, 24).map(([value, colour]) => {
       const item = el("span", "legend-item");
       const swatch = el("span", "swatch");
       swatch.style.backgroundColor = colour;
-      item.append(swatch, document.createTextNode(`${view.colour} = ${typeof value === "string" ? value : JSON.stringify(value)}`));
+      item.append(swatch, document.createTextNode(`${view.colour} = ${valueText(value)}`));
       return item;
     });
     if (legend.length > 24) items.push(el("span", "legend-item muted", `… ${legend.length - 24} more`));
+    for (const [value, pattern] of dashLegend.slice(0, 12)) {
+      const item = el("span", "legend-item legend-dash");
+      item.append(dashSample(pattern), document.createTextNode(` ${view.dash} = ${valueText(value)}`));
+      items.push(item);
+    }
     legendBox.replaceChildren(...items);
   };
 
   /** One chart's lines, smoothed and (on a log scale) without non-positive values. */
-  const prepare = (key, colours) => {
+  const prepare = (key, colours, dashes) => {
     const runs = new Map((latest.runs || []).map((run) => [run.id, run]));
     return ((latest.series || {})[key] || [])
       .filter((s) => s.step && s.step.length)
@@ -301,7 +405,7 @@
           min = min && positive(min);
           max = max && positive(max);
         }
-        return { run, label: run.label || `#${run.id}`, colour: colours.get(run.id) || PALETTE[0], step: s.step, value, min, max };
+        return { run, label: run.label || `#${run.id}`, colour: colours.get(run.id) || PALETTE[0], dash: (dashes && dashes.get(run.id)) || [], step: s.step, value, min, max };
       });
   };
 
@@ -392,7 +496,9 @@
     for (const line of lines) {
       // A key logged once or twice (a run's final figure) has no line to draw: show its points.
       const sparse = line.step.length < 3;
-      series.push({ label: line.label, stroke: line.colour, width: line.run.baseline ? 2 : 1, spanGaps: true, points: { show: sparse, size: 7, fill: line.colour } });
+      const style = { label: line.label, stroke: line.colour, width: line.run.baseline ? 2 : 1, spanGaps: true, points: { show: sparse, size: 7, fill: line.colour } };
+      if (line.dash.length) style.dash = line.dash;
+      series.push(style);
     }
     if (withBand) {
       for (const line of lines) {
@@ -434,15 +540,30 @@
     return state;
   };
 
-  const draw = (figure, colours) => {
-    const lines = prepare(figure.dataset.chartKey, colours);
+  /** A chart with no points yet draws nothing: a note says so instead of empty axes. */
+  const noPoints = (figure, empty) => {
+    let note = figure.querySelector(".chart-empty-note");
+    if (empty && !note) {
+      note = el("p", "chart-empty-note muted", "No points yet.");
+      figure.append(note);
+    } else if (!empty && note) {
+      note.remove();
+    }
+    figure.classList.toggle("chart-empty", empty);
+  };
+
+  const draw = (figure, colours, dashes) => {
+    const lines = prepare(figure.dataset.chartKey, colours, dashes);
     let state = plots.get(figure);
     if (!lines.length) {
       if (state) { state.plot.destroy(); plots.delete(figure); }
       figure.dataset.drawn = "false";
+      noPoints(figure, true);
       return;
     }
-    const sig = [view.colour, view.log, view.band, ...lines.map((l) => `${l.run.id}:${l.colour}:${Boolean(l.min)}`)].join("|");
+    noPoints(figure, false);
+    figure.dataset.lineStyles = String(new Set(lines.map((l) => l.dash.join(","))).size);
+    const sig = [view.colour, view.dash, view.log, view.band, ...lines.map((l) => `${l.run.id}:${l.colour}:${l.dash.join(",")}:${Boolean(l.min)}`)].join("|");
     const gridKey = `${dataVersion}|${view.log}|${view.band}`;
     const g = state && state.gridKey === gridKey ? state.grid : grid(lines, view.band);
     if (state && state.sig === sig) {
@@ -473,8 +594,9 @@
     }
     updateColourOptions(runs);
     const { byRun, legend } = colouring(runs, view.colour);
-    renderLegend(legend);
-    for (const figure of chartsBox.querySelectorAll("figure[data-chart-key]")) draw(figure, byRun);
+    const dashes = dashing(runs, view.dash);
+    renderLegend(legend, dashes.legend);
+    for (const figure of chartsBox.querySelectorAll("figure[data-chart-key]")) draw(figure, byRun, dashes.byRun);
     const drawn = chartsBox.querySelectorAll('figure[data-drawn="true"]').length;
     say(drawn ? "Drag to zoom, double-click to reset; hover for values." : "No metrics yet: charts appear when the runs report them.");
   }
@@ -482,6 +604,7 @@
   if (chartsBox) {
     const redraw = () => drawAll();
     colourSelect && colourSelect.addEventListener("change", () => { view.colour = colourSelect.value; redraw(); });
+    dashSelect && dashSelect.addEventListener("change", () => { view.dash = dashSelect.value; redraw(); });
     $("chart-log") && $("chart-log").addEventListener("change", (e) => { view.log = e.target.checked; redraw(); });
     bandBox && bandBox.addEventListener("change", () => { bandChosen = true; view.band = bandBox.checked; redraw(); });
     const smooth = $("chart-smooth");

@@ -144,7 +144,9 @@ def test_a_key_only_in_the_final_summary_gets_no_empty_chart(
     page = client.get(f"/proposals/{proposal.pk}/").content.decode()
 
     assert re.findall(r'data-chart-key="([^"]+)"', page) == ["train/loss"]
-    assert 'value="run_seconds"' not in page
+    add_a_chart = page.split('id="chart-add"')[1].split("</select>")[0]
+    assert 'value="run_seconds"' not in add_a_chart
+    assert 'data-keys="train/loss"' in page  # what the live refresh may add charts for
     assert "keys=train/loss&amp;" in page
 
 
@@ -495,3 +497,63 @@ def test_proposal_page_js_and_css_weigh_under_300_kb_gzipped(
         with open(str(path), "rb") as handle:
             total += len(gzip.compress(handle.read(), compresslevel=9))
     assert total < PAGE_WEIGHT_LIMIT, f"{total} bytes gzipped"
+
+
+# --- columns: the recipe's declared metrics by default, others on demand -----------------
+
+
+def test_run_table_default_columns_are_the_declared_metrics_others_on_demand(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    runs = _finish_all(plan, [3.0, 2.5, 3.5])
+    Run.objects.filter(pk=runs[0].pk).update(
+        final_metrics={**runs[0].final_metrics, "run_seconds": 12.5, "custom/score": 0.5}
+    )
+
+    def headers(html: str) -> list[str]:
+        head = html.split("<thead>")[1].split("</thead>", maxsplit=1)[0]
+        return [
+            re.sub(r"<[^>]+>", "", cell).strip() for cell in re.findall(r"<th[^>]*>.*?</th>", head)
+        ]
+
+    partial = client.get(f"/plans/{plan.pk}/runs/").content.decode()
+    shown = headers(partial)
+    assert shown[1:5] == ["Run", "Config (against the baseline)", "State", "Progress"]
+    declared = [d["display"] for d in recipe.metrics if d.get("column")]
+    assert [h.split(" (")[0] for h in shown[5:]] == declared
+    assert "Attempt" not in shown and "Executor" not in shown and "Links" not in shown
+
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    picker = page.split('id="column-picker"')[1].split("</details>")[0]
+    offered = re.findall(r'name="columns" value="([^"]+)"', picker)
+    assert offered == ["attempt", "executor", "custom/score", "run_seconds"]
+
+    wide = client.get(f"/plans/{plan.pk}/runs/?columns=attempt,run_seconds&columns=nonsense")
+    wide_headers = headers(wide.content.decode())
+    assert wide_headers[-2:] == ["Run time (seconds)", "Attempt"]
+    assert "nonsense" not in wide.content.decode()
+    # Sorting keeps the chosen columns.
+    assert 'data-table-query="columns=attempt,run_seconds&amp;sort=eval/loss"' in (
+        wide.content.decode()
+    )
+    chosen = client.get(f"/proposals/{proposal.pk}/?columns=executor").content.decode()
+    assert 'value="executor" checked' in chosen and 'data-column="executor"' in chosen
+
+
+def test_charts_offer_line_style_by_a_second_axis_and_runs_picked_persist(
+    client: Client, recipe: Any, contributor: Any
+) -> None:
+    plan = launched_plan(recipe, GRID_SPEC)
+    proposal = _proposal_for(plan, contributor)
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    dash = page.split('id="chart-dash"')[1].split("</select>")[0]
+    assert '<option value="">nothing (solid)</option>' in dash
+    assert '<option value="capacity_factor">capacity_factor</option>' in dash
+    form = (
+        page.split('id="compare-form"')[0].rsplit("<form", 1)[1]
+        + page.split('id="compare-form"')[1].split("</form>")[0]
+    )
+    assert 'data-pick-store="true"' in form
+    assert 'id="compare-picked-count"' in form and 'id="compare-clear"' in form
