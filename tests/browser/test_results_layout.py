@@ -40,6 +40,8 @@ def _finished_plan(recipe: Any, contributor: Any, title: str) -> tuple[Proposal,
         author=contributor, recipe=recipe, state=State.APPROVED, plan=plan, title=title
     )
     for index, run in enumerate(Run.objects.filter(plan=plan).order_by("pk")):
+        if run.state != RunState.QUEUED:
+            continue  # a cached copy of a run an earlier plan finished
         queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
         for key, values in DECLARED.items():
             bumped = [v * (1 + 0.01 * index) for v in values]
@@ -109,3 +111,77 @@ def test_run_table_fits_a_1366_pixel_screen_with_its_default_columns(
     page.locator("#column-picker input[value='run_seconds']").check()
     expect(page.locator("#runs-table td[data-metric-key='run_seconds']").first).to_be_visible()
     assert "columns=run_seconds" in page.url
+
+
+ROW_IDS = "rows => rows.map(r => r.dataset.runId)"
+
+
+def test_ticked_runs_persist_across_proposals_and_compare_dashes_by_a_second_axis(
+    browser_session: BrowserSession, chromium: Browser, recipe: Any, contributor: Any
+) -> None:
+    first, first_plan = _finished_plan(recipe, contributor, "Routing, first try")
+    second, _second_plan = _finished_plan(recipe, contributor, "Routing, second try")
+    page = _laptop_page(browser_session, chromium)
+    page.goto(first.get_absolute_url())
+    expect(page.locator("#compare-picked")).to_be_hidden()
+    for box in page.locator("#runs-table input[name=ids]").all():
+        box.check()
+    first_ids = sorted(Run.objects.filter(plan=first_plan).values_list("pk", flat=True))
+    expect(page.locator("#compare-picked-count")).to_have_text(str(len(first_ids)))
+
+    page.goto(second.get_absolute_url())  # another proposal: the picks came along
+    expect(page.locator("#compare-picked")).to_be_visible()
+    expect(page.locator("#compare-picked-count")).to_have_text(str(len(first_ids)))
+    for box in page.locator("#runs-table input[name=ids]").all():
+        box.check()
+    every = sorted(Run.objects.values_list("pk", flat=True))
+    expect(page.locator("#compare-picked-count")).to_have_text(str(len(every)))
+    page.get_by_role("button", name="Compare the selected runs").click()
+    page.wait_for_url("**/runs/compare/**")
+    shown = sorted(
+        int(i)
+        for i in page.eval_on_selector_all(
+            "[data-run-id]", "rows => [...new Set(rows.map(r => r.dataset.runId))]"
+        )
+    )
+    assert shown == every, f"the compare page shows {shown}, not every picked run {every}"
+
+    chart = page.locator('[data-chart-key="eval/loss"]')
+    expect(chart).to_have_attribute("data-drawn", "true", timeout=30_000)
+    page.select_option("#chart-colour", "capacity_factor")
+    page.select_option("#chart-dash", "weight_decay")
+    expect(chart).to_have_attribute("data-line-styles", "2")
+    expect(page.locator("#chart-legend .legend-dash")).to_have_count(2)
+    expect(page.locator("#chart-legend .legend-dash").first).to_contain_text("weight_decay = 0")
+    page.select_option("#chart-dash", "")
+    expect(chart).to_have_attribute("data-line-styles", "1")
+
+    page.goto(first.get_absolute_url())  # still picked until cleared
+    expect(page.locator("#compare-picked-count")).to_have_text(str(len(every)))
+    page.locator("#compare-clear").click()
+    expect(page.locator("#compare-picked")).to_be_hidden()
+    assert page.locator("#runs-table input[name=ids]:checked").count() == 0
+    page.goto(second.get_absolute_url())
+    expect(page.locator("#compare-picked")).to_be_hidden()
+
+
+def test_a_chart_whose_key_has_no_points_yet_says_so_instead_of_drawing(
+    browser_session: BrowserSession, chromium: Browser, recipe: Any, contributor: Any
+) -> None:
+    """A run has logged train/loss, but the chart rollup has not caught up (the worker's
+    refresh is pending): the chart says "No points yet." instead of drawing empty axes."""
+    plan = launched_plan(recipe, SPEC)
+    proposal = ProposalFactory.create(
+        author=contributor, recipe=recipe, state=State.APPROVED, plan=plan, title="Catching up"
+    )
+    run = Run.objects.filter(plan=plan).order_by("pk").first()
+    assert run is not None
+    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    batch = PointBatch(keys=["train/loss"] * 2, steps=[0, 10], values=[4.0, 3.5], times=[None] * 2)
+    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)  # no series refresh
+    page = _laptop_page(browser_session, chromium)
+    page.goto(proposal.get_absolute_url())
+    chart = page.locator('[data-chart-key="train/loss"]')
+    expect(chart.locator(".chart-empty-note")).to_have_text("No points yet.", timeout=15_000)
+    assert chart.get_attribute("data-drawn") == "false"
+    assert chart.locator("canvas").count() == 0
