@@ -18,9 +18,10 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from marin_site.doors import Door
-from runs import charts_png, run_table, selectors, services
+from runs import charts_png, run_table, selectors
 from runs import permissions as run_perms
 from runs.models import Plan, Recipe, Run
+from runs.services import recipes as recipe_services
 
 MANAGE_RECIPES = run_perms.MANAGE_RECIPES
 JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales", "metrics")
@@ -89,9 +90,9 @@ def _save(request: HttpRequest, recipe: Recipe | None) -> HttpResponse:
         data = {field: form.cleaned_data[field] for field in form.Meta.fields}
         try:
             if recipe is None:
-                saved = services.recipe_create(actor=request.user, data=data, door=Door.WEB)
+                saved = recipe_services.recipe_create(actor=request.user, data=data, door=Door.WEB)
             else:
-                saved = services.recipe_update(
+                saved = recipe_services.recipe_update(
                     recipe=Recipe.objects.get(pk=recipe.pk),
                     data=data,
                     actor=request.user,
