@@ -31,5 +31,5 @@ def task_send(task_name: str, *, countdown: int | None = None, **kwargs: int) ->
             task.apply_async(kwargs=kwargs, retry=False)
         else:
             task.apply_async(kwargs=kwargs, countdown=countdown, retry=False)
-    except Exception:  # the broker is down: the reconciler (or the sweep) will do it
-        logger.warning("could not enqueue %s%s; the reconciler will", task.name, kwargs)
+    except Exception:  # the broker is down: the reconciler (or a sweep) will do it
+        logger.warning("could not enqueue %s%s; a periodic pass will", task.name, kwargs)

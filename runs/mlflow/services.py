@@ -399,7 +399,7 @@ def _points(items: list[protocol.MetricIn]) -> tuple[metrics_parse.PointBatch, d
 
 def _params_unchanged(run: Run, params: list[tuple[str, str]]) -> None:
     """MLflow refuses to change a logged param; so does the site."""
-    logged = dict(protocol._flat_params(run.tracker_config or {}))
+    logged = dict(protocol.flat_params(run.tracker_config or {}))
     for key, value in params:
         if key in logged and logged[key] != value:
             raise invalid(
