@@ -12,6 +12,8 @@ from typing import Any
 import rules
 
 from marin_site.roles import is_maintainer
+from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch
+from runs.signals import plan_owners
 
 CANCEL_RUN = "runs.cancel_run"
 RERUN_RUN = "runs.rerun_run"
@@ -24,8 +26,6 @@ MANAGE_RECIPES = "runs.manage_recipe"
 def is_run_of_canceled_plan(user: Any, run: Any) -> bool:
     """Stopping the runs of a canceled plan is the plan's cancel finishing its work: whoever
     canceled the plan was asked then (``plan_cancel`` calls ``run_cancel`` for each run)."""
-    from runs.models import PlanLaunch
-
     return bool(
         run is not None
         and PlanLaunch.objects.filter(plan_id=run.plan_id, canceled_at__isnull=False).exists()
@@ -82,9 +82,6 @@ CLAIM_RUN = "runs.claim_run"
 
 @rules.predicate
 def answers_for_the_plan(user: Any, run: Any) -> bool:
-    from runs.models import Plan
-    from runs.signals import plan_owners
-
     if run is None or not getattr(user, "is_authenticated", False) or not user.is_active:
         return False
     for _receiver, owners in plan_owners.send_robust(sender=Plan, plan_id=run.plan_id):
@@ -102,10 +99,8 @@ RETRYABLE_STATES = frozenset({"failed", "crashed", "killed"})
 
 def run_allowed_actions(*, run: Any, user: Any, latest: bool) -> list[str]:
     """The run actions ``user`` may take on ``run`` now, as the run services decide them
-    (``runs.queue.run_cancel``, ``run_rerun``, ``run_retry``): the permission, then the
-    state. ``latest``: no newer run of the same plan entry exists (a rerun replaced it)."""
-    from runs.models import TERMINAL_RUN_STATES
-
+    (``runs.services.runs.run_cancel``, ``run_rerun``, ``run_retry``): the permission, then
+    the state. ``latest``: no newer run of the same plan entry exists (a rerun replaced it)."""
     if user is None or not user.is_authenticated:
         return []
     allowed = []

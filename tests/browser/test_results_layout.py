@@ -14,9 +14,11 @@ import pytest
 from playwright.sync_api import Browser, Page, expect
 
 from proposals.models import Proposal, State
-from runs import metrics, queue, series
-from runs.metrics import PointBatch
+from runs.metrics import ingest
+from runs.metrics.parse import PointBatch
 from runs.models import Plan, Run, RunState
+from runs.series import rollup
+from runs.services import runs as run_writes
 from tests.browser.conftest import BrowserSession, sign_in
 from tests.factories import ProposalFactory
 from tests.runs.runs_helpers import launched_plan
@@ -42,7 +44,7 @@ def _finished_plan(recipe: Any, contributor: Any, title: str) -> tuple[Proposal,
     for index, run in enumerate(Run.objects.filter(plan=plan).order_by("pk")):
         if run.state != RunState.QUEUED:
             continue  # a cached copy of a run an earlier plan finished
-        queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
         for key, values in DECLARED.items():
             bumped = [v * (1 + 0.01 * index) for v in values]
             batch = PointBatch(
@@ -51,12 +53,12 @@ def _finished_plan(recipe: Any, contributor: Any, title: str) -> tuple[Proposal,
                 values=bumped,
                 times=[None] * len(bumped),
             )
-            metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
-        series.series_refresh(run_id=run.pk)
+            ingest.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
+        rollup.series_refresh(run_id=run.pk)
         Run.objects.filter(pk=run.pk).update(
             final_metrics={"run_seconds": 12.5 + index}, external_id=f"job-{run.pk}"
         )
-        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     return proposal, plan
 
 
@@ -176,9 +178,9 @@ def test_a_chart_whose_key_has_no_points_yet_says_so_instead_of_drawing(
     )
     run = Run.objects.filter(plan=plan).order_by("pk").first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     batch = PointBatch(keys=["train/loss"] * 2, steps=[0, 10], values=[4.0, 3.5], times=[None] * 2)
-    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)  # no series refresh
+    ingest.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)  # no series refresh
     page = _laptop_page(browser_session, chromium)
     page.goto(proposal.get_absolute_url())
     chart = page.locator('[data-chart-key="train/loss"]')

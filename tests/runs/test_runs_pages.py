@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from runs import queue
 from runs.models import MetricSummary, Run, RunEvent, RunState
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -19,7 +19,7 @@ def test_run_page_is_public_and_shows_state_metrics_and_timeline(
 ) -> None:
     run = Run.objects.filter(plan=launched_plan(recipe)).first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     MetricSummary.objects.create(run=run, key="eval/loss", last=2.25, min=2.0, max=5.0, step=9)
     # A fixed count: the run, its summaries, declarations, imports, events, leases,
     # artifacts, whether a newer run replaced it, and the page that shows its plan.
@@ -60,8 +60,8 @@ def test_run_page_offers_the_actions_the_state_allows_to_maintainers_only(
     client: Client, recipe: Any, maintainer: Any, contributor: Any
 ) -> None:
     queued, ended = _two_runs(recipe)
-    queue.run_transition(run_id=ended.pk, to_state=RunState.RUNNING, door="worker")
-    queue.run_transition(run_id=ended.pk, to_state=RunState.FAILED, door="worker")
+    run_writes.run_transition(run_id=ended.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=ended.pk, to_state=RunState.FAILED, door="worker")
     assert 'id="run-actions"' not in client.get(queued.get_absolute_url()).content.decode()
     client.force_login(contributor)
     assert 'id="run-actions"' not in client.get(ended.get_absolute_url()).content.decode()
@@ -93,8 +93,8 @@ def test_cancel_rerun_and_retry_from_the_page_say_what_happened(
     assert f"Run #{again.pk} queued: a retry of run #{queued.pk}." in page
     assert again.state == RunState.QUEUED
 
-    queue.run_transition(run_id=ended.pk, to_state=RunState.RUNNING, door="worker")
-    queue.run_transition(run_id=ended.pk, to_state=RunState.FINISHED, door="worker")
+    run_writes.run_transition(run_id=ended.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=ended.pk, to_state=RunState.FINISHED, door="worker")
     refused = client.post(f"/runs/{ended.pk}/retry/")  # a finished run is rerun, not retried
     assert refused.status_code == 409
     assert "finished" in refused.content.decode()
@@ -123,8 +123,9 @@ def test_run_page_links_back_charts_its_metrics_and_tails_its_log_live(
     client: Client, recipe: Any, contributor: Any
 ) -> None:
     from proposals.models import State
-    from runs import metrics, series
-    from runs.metrics import PointBatch
+    from runs.metrics import ingest
+    from runs.metrics.parse import PointBatch
+    from runs.series import rollup
     from tests.factories import ProposalFactory
 
     plan = launched_plan(recipe)
@@ -133,13 +134,13 @@ def test_run_page_links_back_charts_its_metrics_and_tails_its_log_live(
     )
     run = Run.objects.filter(plan=plan).order_by("pk").first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     Run.objects.filter(pk=run.pk).update(external_id="job-1")
     batch = PointBatch(
         keys=["train/loss"] * 3, steps=[0, 1, 2], values=[3.0, 2.5, 2.0], times=[None] * 3
     )
-    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
-    series.series_refresh(run_id=run.pk)
+    ingest.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
+    rollup.series_refresh(run_id=run.pk)
 
     page = client.get(run.get_absolute_url()).content.decode()
     crumbs = page.split('id="run-crumbs"')[1].split("</p>")[0]
@@ -153,6 +154,6 @@ def test_run_page_links_back_charts_its_metrics_and_tails_its_log_live(
     assert "/static/js/run_log.js" in page
     assert client.get(f"/api/v1/runs/{run.pk}/logs/").status_code == 200
 
-    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     done = client.get(run.get_absolute_url()).content.decode()
     assert 'data-live="false"' in done.split('id="run-log"')[1][:300]

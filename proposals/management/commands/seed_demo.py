@@ -23,12 +23,16 @@ from marin_site.doors import Door
 from marin_site.roles import ROLES
 from proposals import services
 from proposals.models import Proposal
-from runs import metrics, queue, results, series
+from runs import results
 from runs.demo_recipes import DEMO_RECIPES
-from runs.metrics import PointBatch
+from runs.metrics import ingest
+from runs.metrics.parse import PointBatch
 from runs.models import Plan, Pool, Recipe, Run, RunState
 from runs.pools.services import pool_create
-from runs.services import recipe_create
+from runs.series import rollup
+from runs.services import dispatch
+from runs.services import runs as run_writes
+from runs.services.recipes import recipe_create
 
 DEMO_PASSWORD = "marin-demo"  # noqa: S105 (demo accounts, printed on purpose)
 DEMO_USERS = [("carla", "contributor"), ("rita", "reviewer"), ("max", "maintainer")]
@@ -338,17 +342,17 @@ def _eval_loss(run: Run, recipe: str, made_up: dict[str, Any]) -> float:
 
 def _play_results(plan: Plan, recipe: str, made_up: dict[str, Any]) -> None:
     """Create the plan's runs and report them to the end, as a worker would."""
-    queue.plan_expand(plan_id=plan.pk)
+    dispatch.plan_expand(plan_id=plan.pk)
     runs = Run.objects.filter(plan=plan).select_related("entry").order_by("entry__index")
     for run in runs:
         if run.state != RunState.QUEUED:
             continue  # a cached copy of a run another plan already finished
         final = _eval_loss(run, recipe, made_up)
-        queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
         curve = [final + above for above in DEMO_CURVE]
         keys = ["eval/loss"] * len(curve) + ["train/loss"] * len(curve)
         values = [*curve, *(v + 0.05 for v in curve)]
-        metrics.metrics_ingest(
+        ingest.metrics_ingest(
             run=Run.objects.get(pk=run.pk),
             batch=PointBatch(
                 keys=keys,
@@ -357,6 +361,6 @@ def _play_results(plan: Plan, recipe: str, made_up: dict[str, Any]) -> None:
                 times=[None] * len(values),
             ),
         )
-        series.series_refresh(run_id=run.pk)
-        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door=Door.WORKER)
+        rollup.series_refresh(run_id=run.pk)
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door=Door.WORKER)
     results.plan_check_finished(plan_id=plan.pk)
