@@ -269,7 +269,12 @@ def proposal_hold(request: HttpRequest, pk: int, hold: bool) -> HttpResponse:
         )
     except DomainError as exc:
         return refusal(request, exc)
-    messages.success(request, f"Done: {ACTIONS['hold' if hold else 'unhold'].label.lower()}.")
+    messages.success(
+        request,
+        "Put on hold: approval waits until a maintainer releases the hold."
+        if hold
+        else "Hold released: the proposal can be approved again.",
+    )
     return redirect("proposals:detail", pk=pk)
 
 

@@ -496,7 +496,9 @@ def test_hold_and_unhold_buttons_on_the_web(
     assert (event.door, event.message) == ("web", "Budget review.")
     page = client.get(proposal.get_absolute_url()).content.decode()
     assert "action-unhold" in page and "action-approve" not in page
-    assert client.post(f"/proposals/{proposal.pk}/unhold/").status_code == 302
+    assert "Put on hold: approval waits until a maintainer releases the hold." in page
+    released = client.post(f"/proposals/{proposal.pk}/unhold/", follow=True)
+    assert "Hold released: the proposal can be approved again." in released.content.decode()
     proposal.refresh_from_db()
     assert not proposal.on_hold
 
