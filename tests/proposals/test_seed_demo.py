@@ -75,16 +75,18 @@ def test_seed_demo_outcomes_agree_with_their_runs(settings: Any) -> None:
     assert concluded.count() >= 6
     judged = 0
     for proposal in concluded:
-        runs = list(Run.objects.filter(plan_id=proposal.plan_id))
+        plan_id = proposal.plan_id
+        assert plan_id is not None, f"{proposal.title!r} has an outcome and no plan"
+        runs = list(Run.objects.filter(plan_id=plan_id))
         open_runs = [r.pk for r in runs if not r.is_terminal]
         assert open_runs == [], (
             f"{proposal.title!r} claims {proposal.outcome} with {open_runs} open"
         )
         if proposal.outcome == Outcome.NOT_EVALUATED:
             continue
-        latest = latest_runs(plan_id=proposal.plan_id)
+        latest = latest_runs(plan_id=plan_id)
         assert latest and all(r.state == RunState.FINISHED for r in latest), proposal.title
-        launch = PlanLaunch.objects.get(plan_id=proposal.plan_id)
+        launch = PlanLaunch.objects.get(plan_id=plan_id)
         assert launch.summary is not None, f"{proposal.title!r}: its plan was never summarised"
         assert launch.summary["suggested_verdict"] == proposal.outcome, (
             f"{proposal.title!r} records {proposal.outcome}, its runs say "
