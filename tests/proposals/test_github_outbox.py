@@ -475,6 +475,7 @@ def test_a_recorded_outcome_is_posted_once_per_verdict(
             outcome=outcome,
             conclusion=conclusion,
             confidence="exploratory",
+            without_results_reason="The comment's rules, tested before any run ends.",
         )
         drain()
 

@@ -84,6 +84,7 @@ def test_the_status_text_is_the_same_in_the_answer_the_status_comment_and_the_is
         outcome="promising",
         conclusion="Lower loss at one seed.",
         confidence="exploratory",
+        without_results_reason="Recorded early to show it beside the runs still going.",
     )
     run = Run.objects.filter(plan=launched.plan).order_by("entry__index").first()
     assert run is not None
