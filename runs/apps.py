@@ -13,6 +13,7 @@ class RunsConfig(AppConfig):
             permissions,  # noqa: F401  (registers the rules)
             series,  # noqa: F401  (refreshes a run's charts when it ends)
         )
+        from runs.campaigns import permissions as campaign_permissions  # noqa: F401
 
         invalidate_on_change(
             models.Recipe,
@@ -21,4 +22,7 @@ class RunsConfig(AppConfig):
             models.PlanLaunch,
             models.Run,
             models.RunEvent,  # on the proposal page's timeline too
+            models.Campaign,  # active campaigns are linked from the home page
+            models.CampaignRun,
+            models.Intervention,
         )
