@@ -127,3 +127,8 @@ class Intervention(models.Model):
 
     def __str__(self) -> str:
         return f"{self.campaign_id}@{self.step} {self.title}"
+
+    def get_absolute_url(self) -> str:
+        """Its entry on the campaign's page (feeds link here)."""
+        url = reverse("campaigns:detail", kwargs={"slug": self.campaign.slug})
+        return f"{url}#intervention-{self.pk}"

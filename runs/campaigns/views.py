@@ -40,14 +40,12 @@ def campaign_detail(request: HttpRequest, slug: str) -> HttpResponse:
     )
     keys = selectors.chart_keys(campaign=campaign, present=present)
     mixture = any(key.startswith(stitching.MIXTURE_PREFIX) for key in present)
-    runs = {m.run_id: m for m in members}
     return render(
         request,
         "runs/campaigns/detail.html",
         {
             "campaign": campaign,
             "members": campaign.members.select_related("run").order_by("order"),
-            "runs_by_id": runs,
             "progress": progress,
             "interventions": interventions,
             "projection": projected,
