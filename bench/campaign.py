@@ -119,19 +119,19 @@ def make_runs() -> tuple[int, list[int]]:
 
     from django.db import transaction
 
-    from runs import queue, services
     from runs.demo_recipes import TINY_MOE
     from runs.models import PlanLaunch, Recipe, Run, RunState
+    from runs.services import dispatch, plans, recipes
 
     recipe = Recipe.objects.filter(name=TINY_MOE["name"], version=TINY_MOE["version"]).first()
     if recipe is None:
-        recipe = services.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
-    plan = services.plan_freeze(
+        recipe = recipes.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
+    plan = plans.plan_freeze(
         recipe=recipe, baseline={}, spec_text="# bench/campaign.py\n", budget_accelerator_hours=None
     )
     with transaction.atomic():
         PlanLaunch.objects.create(plan=plan, executor="local", command_template="true")
-    queue.plan_expand(plan_id=plan.pk)
+    dispatch.plan_expand(plan_id=plan.pk)
     first = Run.objects.filter(plan=plan).order_by("pk").first()
     assert first is not None
     ids = [first.pk]
@@ -238,9 +238,9 @@ def declare(*, run_ids: list[int], steps: int) -> None:
 
 
 def build_rollups() -> tuple[int, float]:
-    from runs import series
     from runs.campaigns.models import CampaignRun
     from runs.models import MetricSummary
+    from runs.series.rollup import series_refresh
 
     run_ids = list(CampaignRun.objects.filter(campaign__slug=SLUG).values_list("run_id", flat=True))
     stale = MetricSummary.objects.filter(run_id__in=run_ids, stale_from__isnull=False).count()
@@ -248,7 +248,7 @@ def build_rollups() -> tuple[int, float]:
         return 0, 0.0
     started = time.perf_counter()
     for run_id in run_ids:
-        series.series_refresh(run_id=run_id)
+        series_refresh(run_id=run_id)
     elapsed = time.perf_counter() - started
     print(f"built {stale} rollups in {elapsed:.1f} s ({elapsed / stale * 1000:.0f} ms each)")
     from django.db import connection

@@ -7,22 +7,6 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from marin_site.pagecache import invalidate_on_change
-        from runs import (
-            models,
-            permissions,  # noqa: F401  (registers the rules)
-            series,  # noqa: F401  (refreshes a run's charts when it ends)
-        )
+        # Importing these registers the permission rules and connects every receiver.
+        from runs import permissions, receivers  # noqa: F401
         from runs.campaigns import permissions as campaign_permissions  # noqa: F401
-
-        invalidate_on_change(
-            models.Recipe,
-            models.RecipeEvent,
-            models.Plan,
-            models.PlanLaunch,
-            models.Run,
-            models.RunEvent,  # on the proposal page's timeline too
-            models.Campaign,  # active campaigns are linked from the home page
-            models.CampaignRun,
-            models.Intervention,
-        )

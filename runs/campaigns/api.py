@@ -14,11 +14,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from marin_site.api import HasNamedPermission
-from runs import series
 from runs.campaigns import selectors, services
 from runs.campaigns.models import Campaign, CampaignRun, Intervention, InterventionKind, Phase
 from runs.campaigns.permissions import MANAGE_CAMPAIGNS, RECORD_INTERVENTION
 from runs.models import Plan, Run
+from runs.series import charts as series
 
 
 class LinkSerializer(serializers.Serializer):

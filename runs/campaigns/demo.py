@@ -15,10 +15,13 @@ import numpy as np
 from django.db import transaction
 from django.utils import timezone
 
-from runs import metrics, queue, series, services
 from runs.campaigns import services as campaign_services
 from runs.campaigns.models import Campaign, InterventionKind, Phase
+from runs.metrics.ingest import metrics_ingest
+from runs.metrics.parse import PointBatch
 from runs.models import PlanLaunch, Recipe, Run, RunState
+from runs.series.rollup import series_refresh
+from runs.services import dispatch, plans
 
 SLUG = "moe-535b-demo"
 STEPS = 4000
@@ -74,9 +77,9 @@ def _write(run: Run, first: int, last: int, attempt: int) -> None:
     keys += ["eval/loss"] * len(evals)
     step_list += evals.tolist()
     values += (_curves(evals, attempt, rng)["train/loss"] + 0.05).tolist()
-    batch = metrics.PointBatch(keys, step_list, values, [None] * len(keys))
-    metrics.metrics_ingest(run=run, batch=batch, require_running=False)
-    series.series_refresh(run_id=run.pk)
+    batch = PointBatch(keys, step_list, values, [None] * len(keys))
+    metrics_ingest(run=run, batch=batch, require_running=False)
+    series_refresh(run_id=run.pk)
 
 
 @transaction.atomic
@@ -84,11 +87,11 @@ def demo_campaign_seed(*, actor: Any, recipe: Recipe) -> Campaign | None:
     """Create the demo campaign once; None when it is already there."""
     if Campaign.objects.filter(slug=SLUG).exists():
         return None
-    plan = services.plan_freeze(
+    plan = plans.plan_freeze(
         recipe=recipe, baseline={}, spec_text="", budget_accelerator_hours=None
     )
     PlanLaunch.objects.create(plan=plan, executor="local", command_template="true")
-    queue.plan_expand(plan_id=plan.pk)
+    dispatch.plan_expand(plan_id=plan.pk)
     first = Run.objects.filter(plan=plan).order_by("pk").first()
     assert first is not None
     campaign = campaign_services.campaign_create(

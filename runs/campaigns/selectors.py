@@ -16,12 +16,13 @@ import orjson
 from django.core.cache import cache
 from django.db.models import QuerySet
 
-from runs import metric_declarations, presentation, series
+from runs import metric_declarations, presentation
 from runs.campaigns import stitching
 from runs.campaigns.models import Campaign, Intervention
 from runs.campaigns.stitching import MIXTURE_PREFIX, Member
 from runs.metric_declarations import MetricDeclaration
 from runs.models import TERMINAL_RUN_STATES, MetricSummary, RunState
+from runs.series import charts as series_charts
 
 THROUGHPUT_KEY = "throughput/tokens_per_second"
 MFU_KEY = "throughput/mfu"
@@ -268,4 +269,4 @@ def data_version(summaries: Sequence[tuple[int, str, int, float, int, bool]]) ->
 
 
 def chart_points_default() -> int:
-    return series.DEFAULT_POINTS
+    return series_charts.DEFAULT_POINTS

@@ -18,7 +18,7 @@ from django.utils import timezone
 from marin_site.roles import permission_require
 from runs.campaigns.models import Campaign, CampaignRun, Intervention, Phase
 from runs.campaigns.permissions import MANAGE_CAMPAIGNS, RECORD_INTERVENTION
-from runs.metrics import METRIC_KEY
+from runs.metrics.parse import METRIC_KEY
 from runs.models import Run
 
 CAMPAIGN_FIELDS = (

@@ -18,9 +18,9 @@ from typing import Any
 
 import numpy as np
 
-from runs import series
 from runs.campaigns.models import Campaign
 from runs.models import MetricPoint, MetricSeries, Run
+from runs.series.charts import chart_series
 
 MIXTURE_PREFIX = "mixture/weight/"
 
@@ -89,7 +89,7 @@ def stitched_series(
     out), and each (run, key)'s first step. Two queries whatever the number of attempts."""
     sources = {m.source_id for m in members}
     wanted = list(dict.fromkeys([*keys, campaign.tokens_key]))
-    arrays = series._chart_series(source_ids=sources, keys=wanted, points=points)
+    arrays = chart_series(source_ids=sources, keys=wanted, points=points)
     origins = {
         (run_id, key): origin
         for run_id, key, origin in MetricSeries.objects.filter(

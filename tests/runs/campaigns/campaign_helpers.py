@@ -8,8 +8,10 @@ from typing import Any
 
 from rest_framework.test import APIClient
 
-from runs import queue, series
+from runs import tokens as run_tokens
 from runs.models import Run, RunState
+from runs.series.rollup import series_refresh
+from runs.services import runs as run_writes
 
 THREE_POINT_SPEC = """axes:
   capacity_factor: [2.0, 4.0]
@@ -19,13 +21,13 @@ TOKENS_PER_STEP = 1000
 
 def start(run: Run) -> str:
     """Mark a queued run running as dispatch would (no executor) and give its token."""
-    queue.run_transition(
+    run_writes.run_transition(
         run_id=run.pk,
         to_state=RunState.RUNNING,
         door="worker",
-        changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+        changes={"token_hash": run_tokens.token_hash(run_tokens.run_token(run=run))},
     )
-    return queue.run_token(run=run)
+    return run_tokens.run_token(run=run)
 
 
 def feed(
@@ -50,7 +52,7 @@ def feed(
             HTTP_AUTHORIZATION=f"Bearer {token}",
         )
         assert response.status_code == 200, response.content
-    series.series_refresh(run_id=run.pk)  # what the worker does after a burst of points
+    series_refresh(run_id=run.pk)  # what the worker does after a burst of points
 
 
 def tokens(step: int) -> float:
