@@ -85,6 +85,7 @@ def setup_django(database_url: str, cache_url: str) -> None:
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    call_command("collectstatic", "--noinput", verbosity=0)  # DEBUG=0 serves the manifest
 
 
 def attempt_ranges(steps: int) -> list[tuple[int, int]]:
@@ -301,7 +302,6 @@ def page_under_load(args: argparse.Namespace, database_url: str) -> dict[str, fl
         cache_url=args.cache_url,
         page_cache_seconds=30,
     )
-    pages.manage(server_args, "collectstatic", "--noinput")
     server = pages.Server(server_args)
     server.start()
     try:
