@@ -73,6 +73,7 @@ def key_names(count: int) -> list[str]:
 def setup_django(database_url: str, cache_url: str) -> None:
     os.environ["DATABASE_URL"] = database_url
     os.environ["CACHE_URL"] = cache_url
+    os.environ["PAGE_CACHE_SECONDS"] = "0"  # in-process: the page rendered, never a cache hit
     os.environ["CELERY_BROKER_URL"] = "memory://"
     os.environ["DEBUG"] = "0"
     os.environ.setdefault("SECRET_KEY", "bench-only-secret-key-" + "x" * 40)

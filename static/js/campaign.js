@@ -88,8 +88,7 @@
     const old = plots.get(figure);
     if (old && old.sig === opts.sig) {
       old.list = list;
-      old.plot.setData(data);
-      placeLabels(old.plot, list, old.layer);
+      old.plot.setData(data); // the labels follow in the draw hook, once the scales moved
       figure.dataset.drawn = "true";
       return;
     }
@@ -100,13 +99,21 @@
       {
         width: width(target),
         height: window.innerWidth < 600 ? 200 : 240,
-        scales: { x: { time: false, distr: opts.logX ? 3 : 1 }, y: { distr: opts.logY ? 3 : 1 } },
+        scales: {
+          x: { time: false, distr: opts.logX ? 3 : 1 },
+          y: opts.fromZero ? { range: (self, min, max) => [0, Math.max(1, max)] } : { distr: opts.logY ? 3 : 1 },
+        },
         series: opts.series,
         bands: opts.bands || [],
         legend: { show: false },
         cursor: { drag: { x: true, y: false, setScale: true }, points: { show: false } },
         axes: [{ values: (self, splits) => splits.map(short) }, { size: 60, values: (self, splits) => splits.map(short) }],
-        hooks: { draw: [(self) => drawMarkers(self, state.list)] },
+        hooks: {
+          draw: [(self) => {
+            drawMarkers(self, state.list);
+            if (state.layer) placeLabels(self, state.list, state.layer);
+          }],
+        },
       },
       data,
       target,
@@ -163,7 +170,7 @@
       series.push({ label: key.replace("mixture/weight/", ""), stroke: colour, width: 1, fill: i === 0 ? `${colour}55` : undefined });
       if (i > 0) bands.push({ series: [i + 1, i], fill: `${colour}55` });
     });
-    plot(figure, { sig: `mix|${keys.join(",")}`, series, bands }, [xs, ...stacked], markers(xOfEvent));
+    plot(figure, { sig: `mix|${keys.join(",")}`, series, bands, fromZero: true }, [xs, ...stacked], markers(xOfEvent));
     const legend = figure.querySelector(".chart-legend");
     if (legend) {
       legend.replaceChildren(...keys.map((key, i) => {

@@ -84,4 +84,9 @@ def test_campaign_page_updates_live_with_annotations(
     expect(page.locator("#progress-step")).to_have_text("319")
     expect(page.locator("#progress-tokens-text")).to_contain_text("319k")
     assert page.evaluate("() => window.__sameDocument") == "still here"
+    # The labels move with the scale: the intervention at 150k tokens of 0-319k.
+    where = loss.locator(".annotation-intervention").evaluate(
+        "(tag) => parseFloat(tag.style.left) / tag.closest('.u-over').clientWidth"
+    )
+    assert where == pytest.approx(150 / 319, abs=0.03)
     page.screenshot(path=str(artifact_path("campaign-live.png")), full_page=True)
