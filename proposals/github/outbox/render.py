@@ -14,7 +14,7 @@ from proposals.github.body import MARKER_PREFIX
 from proposals.models import Proposal, Review
 from proposals.selectors import proposal_status_text
 from runs.models import Run, RunState
-from runs.services import plan_build
+from runs.services.plans import plan_build
 
 STATUS_MARKER = "<!-- marin-site:status -->"
 HOLD_LABEL = "on-hold"
