@@ -210,6 +210,10 @@ PAGE_CACHE_VIEWS = frozenset(
         "proposals:search",
         "proposal-list",
         "proposal-detail",
+        # A campaign's page: its shell may lag a write by PAGE_CACHE_SECONDS at most (metric
+        # points bump no generation); the figures that move are polled from the chart data.
+        "campaigns:list",
+        "campaigns:detail",
     }
 )
 
@@ -300,6 +304,10 @@ GITHUB_WEBHOOK_SECRET = os.environ.get("GITHUB_WEBHOOK_SECRET", "")
 GITHUB_BOT_LOGIN = os.environ.get("GITHUB_BOT_LOGIN", "")
 GITHUB_MAINTAINERS = env_list("GITHUB_MAINTAINERS")
 GITHUB_REVIEWERS = env_list("GITHUB_REVIEWERS")
+# How many reviews by someone else a maintainer's own proposal needs before they may approve it.
+PROPOSALS_APPROVAL_MIN_OTHER_REVIEWS = int(
+    os.environ.get("PROPOSALS_APPROVAL_MIN_OTHER_REVIEWS", "1")
+)
 GITHUB_ISSUE_RECIPE = os.environ.get("GITHUB_ISSUE_RECIPE", "")
 GITHUB_TIMEOUT_SECONDS = int(os.environ.get("GITHUB_TIMEOUT_SECONDS", "10"))
 GITHUB_SECONDS_BETWEEN_WRITES = float(os.environ.get("GITHUB_SECONDS_BETWEEN_WRITES", "1.0"))

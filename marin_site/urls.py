@@ -19,6 +19,7 @@ urlpatterns = [
     path("runs/<int:pk>/give-back/", run_views.run_give_back, name="run-give-back"),
     path("runs/<int:pk>/<str:action>/", run_views.run_action, name="run-action"),
     path("pools/", include("runs.pools.urls")),
+    path("campaigns/", include("runs.campaigns.urls")),
     path("", include(agent_file_urlpatterns)),  # the agent program and the run client
     path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
     path("healthz", views.healthz, name="healthz"),

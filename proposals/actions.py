@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
+
 from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
 from proposals import permissions as perms
 from proposals.models import Proposal, State
@@ -179,7 +181,8 @@ def action_refusal(*, proposal: Proposal, actor: Any, name: str) -> DomainError 
 
     Asked in this order: the permission (ActionForbidden), whether it is already done
     (AlreadyDone), the state (TransitionNotAllowed, naming the states it starts from), then
-    the action's own rule (a hold blocks approval; a rerun needs a launched plan).
+    the action's own rule (a hold blocks approval; an author approves their own proposal only
+    after PROPOSALS_APPROVAL_MIN_OTHER_REVIEWS reviews by others; a rerun needs a launched plan).
     """
     action = ACTIONS.get(name)
     if action is None:
@@ -199,6 +202,19 @@ def action_refusal(*, proposal: Proposal, actor: Any, name: str) -> DomainError 
         )
     if name == "approve" and proposal.on_hold:
         return DomainError("This proposal is on hold; a maintainer must unhold it first.")
+    if name == "approve" and proposal.author_id is not None and proposal.author_id == actor.pk:
+        wanted = settings.PROPOSALS_APPROVAL_MIN_OTHER_REVIEWS
+        others = proposal.reviews.exclude(reviewer_id=actor.pk).count() if wanted > 0 else 0
+        if others < wanted:
+            return DomainError(
+                "You cannot approve your own proposal before "
+                + (
+                    "someone else has reviewed it"
+                    if wanted == 1
+                    else f"{wanted} other people have reviewed it"
+                )
+                + f" ({others} so far)."
+            )
     if name == "rerun" and proposal.plan_id is None:
         return DomainError("This proposal has no launched plan, so no run to rerun.")
     return None

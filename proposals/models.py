@@ -361,3 +361,21 @@ class GitHubRoleGrant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.role}: {self.login} ({self.github_id or 'unresolved'})"
+
+
+class PendingIssue(models.Model):
+    """An experiment issue that could not become a proposal yet (no recipe, or one it names
+    that the site does not have): kept with its latest payload, and imported when a recipe
+    appears (``proposals.github.issues.pending_issues_import``)."""
+
+    number = models.PositiveIntegerField(unique=True)
+    issue = models.JSONField(help_text="The issue as the latest delivery about it carried it.")
+    reason = models.TextField(blank=True)
+    received_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["number"]
+
+    def __str__(self) -> str:
+        return f"pending issue #{self.number}"

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+from django.db.models.signals import post_save
 from django.dispatch import receiver
 
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
+from proposals.github.issues import pending_issues_import
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
+from runs.models import Recipe
 from runs.signals import plan_owners, plan_pages, reconcile_pass
 
 
@@ -48,3 +52,16 @@ def on_plan_pages(sender: Any, *, plan_id: int, **kwargs: Any) -> tuple[str, str
     if proposal is None:
         return None
     return f"#{proposal.pk} {proposal.title}", proposal.get_absolute_url()
+
+
+@receiver(post_save, sender=Recipe, dispatch_uid="proposals.recipe_saved")
+def on_recipe_saved(sender: Any, instance: Recipe, **kwargs: Any) -> None:
+    """A recipe created, loaded or edited: the issues kept for want of one may import now."""
+    if instance.is_active:
+        transaction.on_commit(pending_issues_import, robust=True)
+
+
+@receiver(reconcile_pass, dispatch_uid="proposals.pending_issues_import")
+def on_reconcile_pass_pending_issues(sender: Any, **kwargs: Any) -> dict[str, int]:
+    """Each pass of the reconciler also imports kept issues whose recipe now exists."""
+    return pending_issues_import()

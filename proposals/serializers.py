@@ -72,6 +72,8 @@ class ProposalSerializer(serializers.ModelSerializer):
     pr_url = OptionalURLField(max_length=500)
     wandb_url = OptionalURLField(max_length=500)
     data_browser_url = OptionalURLField(max_length=500)
+    # Read from the linked GitHub issue (proposals/github/body.py): shown, set there.
+    experiment_json_url = OptionalURLField(max_length=500, read_only=True)
     outcome = OptionalChoiceField(choices=Outcome.choices)
     confidence = OptionalChoiceField(choices=Confidence.choices)
 
@@ -99,6 +101,12 @@ class ProposalSerializer(serializers.ModelSerializer):
             "branch",
             "wandb_url",
             "data_browser_url",
+            "experiment_json_url",
+            "results",
+            "submitter_name",
+            "submitter_affiliation",
+            "submitter_link",
+            "github_issue_number",
             "labels",
             "author",
             "state",
@@ -121,6 +129,11 @@ class ProposalSerializer(serializers.ModelSerializer):
             "concluded_at",
         ]
         read_only_fields = [
+            "results",
+            "submitter_name",
+            "submitter_affiliation",
+            "submitter_link",
+            "github_issue_number",
             "state",
             "on_hold",
             "state_reason",

@@ -22,6 +22,7 @@ from proposals.actions import TRANSITIONS, action_require
 from proposals.github.outbox.enqueue import (
     outbox_outcome_comment,
     outbox_proposal_changed,
+    outbox_review_comment,
     outbox_site_comment,
 )
 from proposals.models import (
@@ -409,6 +410,7 @@ def review_submit(
         door=door,
         message=f"score {score}/5, recommends {review.get_recommendation_display().lower()}",
     )
+    outbox_review_comment(review=review)  # GitHub sync: mirrored on the issue
     return review
 
 

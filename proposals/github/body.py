@@ -8,8 +8,10 @@ templates use fill proposal fields.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 START = "<!-- marin-site:start -->"
 END = "<!-- marin-site:end -->"
@@ -21,7 +23,7 @@ EXPERIMENT_LABELS = frozenset({"experiment", "experiments", "community-experimen
 # Where two headings fill one field, the first one in the issue wins.
 SECTION_FIELDS = {
     "description": "description",
-    "summary": "description",
+    "summary": "summary",
     "overview": "description",
     "motivation": "description",
     "background": "description",
@@ -47,7 +49,18 @@ SECTION_FIELDS = {
     "one-sentence description": "summary",
     "name of your branch": "branch",
     "branch": "branch",
+    # The experiment form (.github/ISSUE_TEMPLATE/experiment.yml) and its plain-text twins.
+    "success criteria": "success_criteria",
+    "success criterion": "success_criteria",
+    "baseline": "baseline",
+    "baseline overrides": "baseline",
+    "recipe": "recipe",
+    "ablation spec": "ablation_spec",
+    "ablation": "ablation_spec",
+    "spec": "ablation_spec",
 }
+# Sections written as YAML (the form renders them in a ```yaml fence): kept as text, unfenced.
+YAML_FIELDS = frozenset({"baseline", "ablation_spec"})
 # A link line's label, read by the words it contains (first match wins).
 LINK_LABELS = (
     (("wandb", "w&b", "weights & biases", "weights and biases"), "wandb_url"),
@@ -55,6 +68,23 @@ LINK_LABELS = (
     (("experiment json", "experiment.json", "experiment file", "json"), "experiment_json_url"),
 )
 PLACEHOLDERS = {"_no response_", "*(to be updated)*", "*(pending)*", "tbd", "n/a", "none"}
+# A template's prompt left as it was: a line that is only "(Describe ...)" or "[link]" (in
+# emphasis or not, a list item or not, or a list item "Label: [link]"), never a real link.
+PROMPT_LINE = re.compile(
+    r"^\s*(?:(?:[*\-+]|\d+[.)])\s+(?:[^:\n\[\]()]{1,60}:\s*)?)?[*_]*"
+    r"(?:\([^()\n]*\)|\[[^\[\]\n]*\])[*_]*[.:]?\s*$"
+)
+METRIC_TOKEN = r"`?(?P<metric>[A-Za-z0-9_.\-]+(?:/[A-Za-z0-9_.\-]+)*)`?"  # noqa: S105  (a pattern, not a secret)
+NUMBER = r"(?P<threshold>[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)"
+CRITERIA = re.compile(
+    METRIC_TOKEN
+    + r"\s*[,:]?\s*(?:is\s+|should\s+be\s+|goes\s+)?(?P<direction>lower|higher|down|up|"
+    r"decreases?|increases?)\b[^\d\n+\-.]*" + NUMBER,
+    re.IGNORECASE,
+)
+CRITERIA_KEY = re.compile(r"^\s*[*\-+]?\s*(metric|direction|threshold)\s*:\s*(.+?)\s*$", re.I)
+DIRECTION_WORDS = {"lower": "lower", "down": "lower", "decrease": "lower", "decreases": "lower"}
+DIRECTION_WORDS |= {"higher": "higher", "up": "higher", "increase": "higher", "increases": "higher"}
 HEADING = re.compile(r"^(#{1,4})\s+(.+?)\s*#*\s*$")
 FENCE = re.compile(r"^\s*(```|~~~)")
 BULLET = re.compile(r"^\s*(?:[*\-+]|\d+[.)])\s+(.*)$")
@@ -124,7 +154,61 @@ def heading_name(text: str) -> str:
 
 
 def _clean(value: str) -> str:
-    return "" if value.strip().lower() in PLACEHOLDERS else value.strip()
+    """A section's text without the template's unedited prompts; "" when nothing else is left."""
+    if value.strip().lower() in PLACEHOLDERS:
+        return ""
+    kept = []
+    in_fence = False
+    for line in value.split("\n"):
+        if FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence and (PROMPT_LINE.match(line) or line.strip().lower() in PLACEHOLDERS):
+            continue
+        kept.append(line)
+    text = re.sub(r"\n{3,}", "\n\n", "\n".join(kept)).strip()
+    return "" if text.lower() in PLACEHOLDERS else text
+
+
+def unfenced(value: str) -> str:
+    """The inside of a section that is one fenced block (the form's ``render: yaml``)."""
+    lines = value.strip().split("\n")
+    if (
+        len(lines) >= 2
+        and FENCE.match(lines[0])
+        and FENCE.match(lines[-1])
+        and lines[-1].strip() in {"```", "~~~"}
+    ):
+        return "\n".join(lines[1:-1]).strip()
+    return value.strip()
+
+
+def success_criteria(text: str) -> dict[str, Any]:
+    """``eval/loss lower by 0.01`` (or ``metric:``/``direction:``/``threshold:`` lines) as
+    the proposal's success_metric, success_direction and success_threshold; {} if unreadable."""
+    found: dict[str, str] = {}
+    for line in text.split("\n"):
+        key = CRITERIA_KEY.match(line)
+        if key:
+            found[key.group(1).lower()] = key.group(2).strip("`* ")
+    if {"metric", "direction", "threshold"} <= set(found):
+        metric, direction, threshold = found["metric"], found["direction"], found["threshold"]
+    else:
+        match = CRITERIA.search(text)
+        if match is None:
+            return {}
+        metric, direction, threshold = match.group("metric", "direction", "threshold")
+    direction = DIRECTION_WORDS.get(direction.lower().strip(), "")
+    try:
+        value = float(threshold)
+    except ValueError:
+        return {}
+    if not direction or not math.isfinite(value) or len(metric) > 200:
+        return {}
+    return {
+        "success_metric": metric,
+        "success_direction": direction,
+        "success_threshold": abs(value),
+    }
 
 
 def _first_sentence(text: str) -> str:
@@ -179,7 +263,7 @@ def _links(value: str) -> dict[str, str]:
 class IssueFields:
     """Proposal fields read from an issue, and the sections that were missing."""
 
-    data: dict[str, str] = field(default_factory=dict)
+    data: dict[str, Any] = field(default_factory=dict)
     sections: dict[str, str] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
 
@@ -188,7 +272,7 @@ def issue_fields(*, title: str, body: str | None) -> IssueFields:
     """Read the issue as a reader would: sections into fields, what is missing named."""
     parsed = sections(human_text(body))
     result = IssueFields(sections={k: v for k, v in parsed.items() if k})
-    data: dict[str, str] = {"title": title.strip()[:200]}
+    data: dict[str, Any] = {"title": title.strip()[:200]}
     for heading, text in parsed.items():
         target = SECTION_FIELDS.get(heading)
         if target is None:
@@ -197,6 +281,14 @@ def issue_fields(*, title: str, body: str | None) -> IssueFields:
         if target == "links":
             data.update(_links(value))
             continue
+        if target in YAML_FIELDS:
+            value = unfenced(value)
+        if target == "success_criteria":
+            if value and "success_metric" not in data:
+                data.update(success_criteria(value))
+            continue
+        if target == "recipe":
+            value = value.split("\n")[0].strip("`* ")
         if value and not data.get(target):
             data[target] = value
     one_liner = data.get("summary", "")

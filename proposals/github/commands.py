@@ -1,8 +1,9 @@
 """Slash commands in issue comments, run through the same services and permissions as the site.
 
 A command is a line that starts with ``/approve``, ``/reject REASON``, ``/request-changes
-REASON``, ``/hold``, ``/unhold``, ``/cancel``, ``/rerun RUN`` or ``/status``. Lines in
-fenced or indented code blocks and quoted lines (``>``) are not commands. Every command
+REASON``, ``/hold``, ``/unhold``, ``/cancel``, ``/rerun RUN``, ``/status`` or ``/spec``
+(followed by the ablation spec in a fenced YAML block: the first fenced block after it).
+Lines in fenced or indented code blocks and quoted lines (``>``) are not commands. Every command
 gets an answer comment: what was done, or why it was refused.
 """
 
@@ -21,13 +22,14 @@ from proposals import services
 from proposals.actions import action_require
 from proposals.github.body import FENCE, normalise
 from proposals.github.outbox.enqueue import outbox_comment_enqueue
-from proposals.models import Proposal
+from proposals.models import Proposal, State
 from proposals.selectors import proposal_status_text
 from runs.models import Run
 from runs.services.runs import run_rerun
 
 COMMAND = re.compile(
-    r"^ {0,3}/(approve|reject|request-changes|hold|unhold|cancel|rerun|status)(?=\s|$)[ \t]*(.*)$"
+    r"^ {0,3}/(approve|reject|request-changes|hold|unhold|cancel|rerun|status|spec)(?=\s|$)"
+    r"[ \t]*(.*)$"
 )
 TRANSITION_COMMANDS = {
     "approve": "approve",
@@ -45,18 +47,32 @@ class Command:
 
 def commands_in(body: str | None) -> list[Command]:
     """The commands of a comment, outside code blocks and quotes, in order."""
-    found = []
+    found: list[list[str]] = []
     in_fence = False
+    spec: list[str] | None = None  # a /spec command waiting for its fenced block
+    block: list[str] | None = None  # the lines of that block, while inside it
     for line in normalise(body or "").split("\n"):
         if FENCE.match(line):
             in_fence = not in_fence
+            if in_fence and spec is not None:
+                block = []
+            elif not in_fence and block is not None and spec is not None:
+                spec[1] = "\n".join(block)
+                spec = block = None
             continue
-        if in_fence or line.startswith(("    ", "\t")) or line.lstrip().startswith(">"):
+        if in_fence:
+            if block is not None:
+                block.append(line)
+            continue
+        if line.startswith(("    ", "\t")) or line.lstrip().startswith(">"):
             continue
         match = COMMAND.match(line)
         if match:
-            found.append(Command(match.group(1), match.group(2).strip()))
-    return found
+            found.append([match.group(1), match.group(2).strip()])
+            spec = found[-1] if match.group(1) == "spec" else None
+            if spec is not None:
+                spec[1] = ""  # only a fenced block is a spec
+    return [Command(name, argument) for name, argument in found]
 
 
 def _rerun(proposal: Proposal, user: User, argument: str) -> str:
@@ -69,6 +85,37 @@ def _rerun(proposal: Proposal, user: User, argument: str) -> str:
         raise DomainError(f"Run {argument} is not one of this proposal's runs.")
     new_run = run_rerun(run_id=run.pk, actor=user, door=Door.GITHUB)
     return f"run {run.pk} queued again as run {new_run.pk}"
+
+
+def _spec(proposal: Proposal, user: User, spec_text: str) -> str:
+    """Set the ablation spec, as the site's edit form would (permission and state: "edit";
+    after approval the plan is frozen)."""
+    if not spec_text.strip():
+        raise DomainError("Put the ablation spec in a fenced YAML block after `/spec`.")
+    action_require(proposal=proposal, actor=user, name="edit")
+    if proposal.state == State.APPROVED:
+        raise DomainError("The plan is frozen at approval; the ablation spec can no longer change.")
+    updated = services.proposal_update(
+        proposal_id=proposal.pk,
+        actor=user,
+        data={"ablation_spec": spec_text.strip() + "\n"},
+        door=Door.GITHUB,
+    )
+    plan = services.proposal_plan(proposal=updated)
+    text = (
+        f"the ablation spec is set: {plan.run_count} runs, "
+        f"{plan.total_accelerator_hours:.1f} accelerator-hours"
+    )
+    if updated.state == State.DRAFT and updated.github_sections:
+        try:
+            with transaction.atomic():
+                updated = services.proposal_transition(
+                    proposal_id=proposal.pk, action="submit", actor=user, door=Door.GITHUB
+                )
+        except (DomainError, ValidationError) as exc:
+            reasons = exc.message if isinstance(exc, DomainError) else " ".join(exc.messages)
+            return f"{text}; still a draft: {reasons}"
+    return f"{text}; {proposal_status_text(updated)}"
 
 
 def command_run(*, proposal_id: int, user: User, login: str, command: Command) -> str:
@@ -96,6 +143,8 @@ def command_run(*, proposal_id: int, user: User, login: str, command: Command) -
                     reason=command.argument,
                 )
                 done = f"done; {proposal_status_text(updated)}."
+            elif command.name == "spec":
+                done = "done: " + _spec(proposal, user, command.argument) + "."
             elif command.name == "rerun":
                 done = "done: " + _rerun(proposal, user, command.argument) + "."
             else:

@@ -29,11 +29,13 @@ from marin_site.errors import DomainError
 from proposals.github.accounts import github_login
 from proposals.github.body import is_experiment
 from proposals.github.issues import (
+    RecipeMissing,
     Result,
     applied,
     comment_event_apply,
     ignored,
     issue_event_apply,
+    issue_keep,
     issue_labels,
     linked_proposal,
     proposal_from_issue,
@@ -305,7 +307,11 @@ def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
         settled = _unlinked_outcome(event, action, issue)
         if settled is not None:
             return settled
-        created = proposal_from_issue(issue=issue)
+        try:
+            with transaction.atomic():
+                created = proposal_from_issue(issue=issue)
+        except RecipeMissing as exc:
+            return issue_keep(issue=issue, reason=exc.message)
         return applied(f"proposal {created.pk} created ({created.state})")
     if event == "issue_comment":
         return comment_event_apply(action, proposal, payload.get("comment") or {}, payload)

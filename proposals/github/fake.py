@@ -154,6 +154,12 @@ class FakeGitHub:
         with self.lock:
             self.state.users[login.lower()] = user_id
 
+    def label_by_hand(self, *, number: int, name: str, on: bool = True) -> None:
+        """Someone puts a label on the issue (or takes it off) on GitHub itself."""
+        with self.lock:
+            labels = [x for x in self.state.issues[number]["labels"] if x["name"] != name]
+            self.state.issues[number]["labels"] = labels + ([self._label(name)] if on else [])
+
     def add_comment(self, *, number: int, body: str, login: str = "octocat") -> dict[str, Any]:
         with self.lock:
             return self._create_comment(number, body, login)

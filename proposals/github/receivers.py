@@ -10,12 +10,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from django.conf import settings
 from django.db import transaction
 from django.dispatch import receiver
-from django.urls import reverse
 
 from proposals.github.outbox.enqueue import outbox_comment_enqueue, outbox_proposal_changed
+from proposals.github.outbox.render import render_result
 from proposals.models import Proposal
 from runs.signals import plan_finished, run_state_changed
 
@@ -30,7 +29,8 @@ def on_run_state_changed(sender: Any, *, plan_id: int, **kwargs: Any) -> None:
 
 @receiver(plan_finished, dispatch_uid="proposals.github.plan_finished")
 def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kwargs: Any) -> None:
-    """The result comment: the table of final metrics, the verdict it suggests and a link.
+    """The result comment (``render_result``): how the runs ended, their overrides, the
+    accelerator-hours used, the table of final metrics, the verdict it suggests and a link.
 
     One comment per distinct result: the same summary announced twice is one comment, and
     a plan that finishes again after a rerun (new run ids in the table) gets a new one.
@@ -39,14 +39,7 @@ def on_plan_finished(sender: Any, *, plan_id: int, summary: dict[str, Any], **kw
         proposal = Proposal.objects.filter(plan_id=plan_id).first()
         if proposal is None:
             return
-        table = str((summary or {}).get("markdown") or "").strip()
-        link = f"{settings.SITE_URL}{proposal.get_absolute_url()}"
-        chart = settings.SITE_URL + reverse("plan-loss-png", kwargs={"plan_id": plan_id})
-        body = "**Results: every run of the plan has finished.**"
-        if table:
-            body += f"\n\n{table}"
-        body += f"\n\n![Loss curves of the plan]({chart})"
-        body += f"\n\nCurves, logs and every run: {link}"
-        digest = hashlib.sha256(table.encode()).hexdigest()[:16]
+        body = render_result(proposal=proposal, plan_id=plan_id, summary=summary)
+        digest = hashlib.sha256(body.encode()).hexdigest()[:16]
         outbox_comment_enqueue(proposal=proposal, key=f"result:{plan_id}:{digest}", body=body)
         outbox_proposal_changed(proposal=proposal)

@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.db import connection
 
 from marin_site.celery import app as celery_app
-from proposals.models import Comment, Event, Proposal, WebhookDelivery
+from proposals.models import Comment, Event, PendingIssue, Proposal, WebhookDelivery
 from tests.proposals.github_support import (
     WEBHOOKS,
     comment_delivery,
@@ -587,9 +587,13 @@ def test_the_drain_works_in_batches_oldest_first_and_a_failure_stays_its_own(
     outcomes = dict(WebhookDelivery.objects.values_list("delivery_id", "outcome"))
     assert outcomes.pop("b-3") == "failed"
     assert {outcomes.pop(f"p-{n}") for n in range(7)} == {"applied"}
-    assert set(outcomes.values()) == {"ignored"}  # not experiment issues
+    # Experiment issues before any recipe exists: kept for later (PendingIssue), not refused.
+    assert set(outcomes.values()) == {"applied"}
     assert WebhookDelivery.objects.get(delivery_id="b-3").detail == "RuntimeError: boom"
     assert not User.objects.filter(username="half-done").exists()
+    assert sorted(PendingIssue.objects.values_list("number", flat=True)) == [
+        900 + n for n in range(7) if n != 3
+    ]
     assert deliveries.deliveries_drain() == (0, False)  # processed once
 
 

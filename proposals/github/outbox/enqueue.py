@@ -16,7 +16,16 @@ from django.utils import timezone
 
 from proposals.github import client as gh
 from proposals.github.outbox.drain import github_outbox_drain
-from proposals.models import Comment, GitHubOutbox, OutboxOperation, OutboxState, Proposal, State
+from proposals.github.outbox.render import render_review
+from proposals.models import (
+    Comment,
+    GitHubOutbox,
+    OutboxOperation,
+    OutboxState,
+    Proposal,
+    Review,
+    State,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +114,16 @@ def outbox_site_comment(*, comment: Comment) -> None:
     body = f"{comment.body}\n\n---\n*{who} commented on [marin-site]({link}).*"
     outbox_comment_enqueue(
         proposal=proposal, key=f"site:{comment.pk}", body=body, comment_id=comment.pk
+    )
+
+
+def outbox_review_comment(*, review: Review) -> None:
+    """A review written on the site appears on the issue; an edited review posts again
+    (one comment per distinct score, recommendation and text)."""
+    content = f"{review.score}|{review.recommendation}|{review.text}"
+    digest = hashlib.sha256(content.encode()).hexdigest()[:16]
+    outbox_comment_enqueue(
+        proposal=review.proposal, key=f"review:{review.pk}:{digest}", body=render_review(review)
     )
 
 

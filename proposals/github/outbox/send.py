@@ -25,9 +25,10 @@ from proposals.github.outbox.render import (
     proposal_marker,
     render_block,
     render_status,
+    site_labels,
     wanted_labels,
 )
-from proposals.models import Comment, GitHubOutbox, OutboxOperation, Proposal
+from proposals.models import Comment, GitHubOutbox, OutboxOperation, OutboxState, Proposal
 
 
 @dataclass
@@ -135,15 +136,30 @@ def _send_labels_sync(repo: Any, proposal: Proposal) -> dict[str, Any]:
     issue = repo.get_issue(proposal.github_issue_number)
     current = {label.name for label in issue.labels}
     wanted = wanted_labels(proposal)
+    # The site removes only what it manages: state labels, the hold, and the site's labels
+    # it wrote before (the last sync's) that the proposal no longer has. A label people put
+    # on the issue reaches the site by its webhook, never removed here first.
+    before = (
+        GitHubOutbox.objects.filter(
+            proposal=proposal, operation=OutboxOperation.LABELS_SYNC, state=OutboxState.DONE
+        )
+        .order_by("-id")
+        .values_list("result", flat=True)
+        .first()
+    )
+    synced = set((before or {}).get("site_labels") or [])
     managed = {name for name in current if name.startswith(STATE_LABEL_PREFIX)} | (
-        {HOLD_LABEL} & current
+        ({HOLD_LABEL} | synced) & current
     )
     for name in sorted(managed - wanted):
         issue.remove_from_labels(name)
     missing = sorted(wanted - current)
     if missing:
         issue.add_to_labels(*missing)
-    return {"labels": sorted((current - managed) | wanted)}
+    return {
+        "labels": sorted((current - managed) | wanted),
+        "site_labels": sorted(site_labels(proposal)),
+    }
 
 
 def _send_comment(repo: Any, row: GitHubOutbox, proposal: Proposal) -> dict[str, Any]:
