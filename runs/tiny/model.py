@@ -116,8 +116,15 @@ class TinyTransformer:
             p[f"w_in{i}"] = normal(1.0 / math.sqrt(d), e, d, f)
             p[f"w_out{i}"] = normal(residual / math.sqrt(f), e, f, d)
         self.params = p
+        self._mask = np.zeros((0, 0), dtype)
 
     # -- attention -------------------------------------------------------------------------
+
+    def _causal_mask(self, t: int) -> np.ndarray:
+        """(t, t): 0 on and below the diagonal, -inf above it (the future)."""
+        if self._mask.shape[0] != t:
+            self._mask = np.triu(np.full((t, t), -np.inf, dtype=self.dtype), k=1)
+        return self._mask
 
     def _attention(self, i: int, x: np.ndarray) -> tuple[np.ndarray, dict[str, Any]]:
         p, (b, t, d), h = self.params, x.shape, self.heads
@@ -125,8 +132,7 @@ class TinyTransformer:
         qkv = (x.reshape(-1, d) @ p[f"qkv{i}"]).reshape(b, t, 3, h, hd).transpose(2, 0, 3, 1, 4)
         q, k, v = qkv[0], qkv[1], qkv[2]  # (b, h, t, hd)
         scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(hd))
-        future = np.triu(np.ones((t, t), dtype=bool), k=1)
-        scores[..., future] = -np.inf  # a position sees itself and the past only
+        scores += self._causal_mask(t)  # a position sees itself and the past only
         weights = _softmax(scores)
         mixed = (weights @ v).transpose(0, 2, 1, 3).reshape(b * t, d)
         out = (mixed @ p[f"proj{i}"]).reshape(b, t, d)
