@@ -33,7 +33,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runs.compute import run_cost  # noqa: E402  (after the path is set)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marin_site.settings")
+import django  # noqa: E402  (after the path is set)
+
+django.setup()  # runs.ladder reads the site's models; nothing here touches the database
+
+from runs.compute import run_cost  # noqa: E402
 from runs.demo_recipes import TINY_MOE  # noqa: E402
 from runs.ladder import ladder_fit  # noqa: E402
 

@@ -64,6 +64,7 @@ DEFAULTS: dict[str, Any] = {
     "log_every": 10,
     "peak_flops": 1.0e11,
 }
+MAX_SEQ_LEN = 1024
 POSITIVE_INTEGERS = (
     "width",
     "depth",
@@ -93,6 +94,8 @@ def validate(cfg: dict[str, Any]) -> list[str]:
     if not problems:
         if cfg["top_k"] > cfg["num_experts"]:
             problems.append("top_k cannot exceed num_experts")
+        if cfg["seq_len"] > MAX_SEQ_LEN:
+            problems.append(f"seq_len must be at most {MAX_SEQ_LEN}")
         if cfg["width"] % cfg["head_dim"]:
             problems.append(f"width must be a multiple of head_dim ({cfg['head_dim']})")
     if cfg.get("vocab_size") != 256:
