@@ -18,8 +18,8 @@ from runs.metric_declarations import declarations_parse, declarations_validate
 
 SCALES = ("small", "medium", "large")
 # bench/RESULTS.md, "ladder": final eval/loss of each scale, seed 0, measured with
-# `taskset -c 0 python -m runs.tiny_moe --config <scale>.json`.
-RECORDED_EVAL_LOSS = {"small": 1.2060, "medium": 1.0400, "large": 0.8952}
+# `python bench/trainer.py --seed 0` (each scale as `python -m runs.tiny_moe --config ...`).
+RECORDED_EVAL_LOSS = {"small": 2.7387, "medium": 2.3831, "large": 2.2149}
 
 
 def _config(scale: str) -> dict[str, object]:
@@ -67,7 +67,7 @@ def test_recorded_tiny_ladder_fits_a_falling_power_law() -> None:
     baseline = _ladder(RECORDED_EVAL_LOSS)
     assert baseline.fit is not None
     assert baseline.fit.r_squared >= 0.95
-    assert baseline.fit.exponent == pytest.approx(-0.127, abs=0.002)
+    assert baseline.fit.exponent == pytest.approx(-0.0710, abs=0.0005)
     assert baseline.refusals == [] and baseline.multiplier == 1.0
 
 
