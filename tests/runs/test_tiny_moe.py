@@ -22,7 +22,7 @@ from runs.demo_recipes import TINY_MOE
 from runs.tiny import data
 from runs.tiny.model import TinyTransformer, flops_per_token, param_count, route
 
-SMALL = {
+SMALL: dict[str, Any] = {
     "width": 8,
     "head_dim": 4,
     "depth": 2,
