@@ -413,7 +413,16 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
     ]
     refused = {s: n for s, n in agents.statuses.items() if s not in (200, 204)}
 
+    revision = subprocess.run(
+        ["git", "describe", "--always", "--dirty"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     lines = [
+        f"code {revision or '?'} ({ROOT.name}); lease batch "
+        f"{os.environ.get('RUNS_AGENT_LEASE_BATCH', 'default')}",
         f"agents {args.agents}, runs {runs.count()}, gunicorn {args.workers} gthread workers x "
         f"{args.threads} threads, database pool {args.pool_size or 'off'}, held polls of {args.wait:.0f} s, jobs of {args.job_seconds} s; "
         f"{os.cpu_count()} CPUs, load average {load_before} before, {load_after} after",
@@ -429,6 +438,10 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
         f"p50 {percentile(at_once, 50):.1f} ms, p99 {percentile(at_once, 99):.1f} ms",
         f"offered -> lease row (server side): p50 {percentile(server_side, 50):.1f} ms, "
         f"p99 {percentile(server_side, 99):.1f} ms",
+        "(offered = the run's 'offered' event, written in the dispatcher's transaction just "
+        "before it commits and NOTIFYs; a held poll's figure is that to the agent reading the "
+        "answer; 'at once' is a poll's whole request when a run was waiting; the lease row's "
+        "time is the server's, in the leasing transaction)",
         f"server RSS: {idle_rss:.0f} MB idle ({idle_threads} threads), {held_rss:.0f} MB with "
         f"{args.agents} held polls ({held_threads} threads), peak {peak[0]:.0f} MB "
         f"({peak[1]} threads)",

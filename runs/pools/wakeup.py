@@ -1,16 +1,18 @@
 """How a waiting long-poll learns that a run became available to its pool.
 
-The database is the truth: a waiting poll looks for work in the database when it starts,
-whenever it is woken, and at least every ``RUNS_AGENT_RECHECK_SECONDS`` in any case, so a
-lost wake-up costs a few seconds, never a run.
+The database is the truth: a poll looks for work in the database when it starts, a waiting
+poll's process looks whenever it is woken, and at least every ``RUNS_AGENT_RECHECK_SECONDS``
+in any case, so a lost wake-up costs a few seconds, never a run.
 
 On PostgreSQL the wake-up is ``NOTIFY runs_pool_work, '<pool>'`` issued in the transaction
 that offers a run (PostgreSQL delivers it at commit, never for a rolled-back offer). Each
 server process keeps one listening connection in a daemon thread, started on first use (so
 after gunicorn forks), and wakes the requests of that process that wait on the pool. A
 waiting request holds no database connection of its own: 200 held polls cost 200 threads
-and one connection per process. On SQLite (one machine, one process in practice) the
-offering process wakes its own waiters after commit; others find the work on their re-check.
+and one connection per process. A wake-up wakes one held poll per process, which leases
+runs for the others (``runs.pools.handout``), not all of them at once. On SQLite (one
+machine, one process in practice) the offering process wakes its own waiters after commit;
+others find the work on their re-check.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, connections, transaction
+
+from runs.pools import handout
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +49,7 @@ class _Board:
         with self.condition:
             self.generations[pool] = self.generations.get(pool, 0) + 1
             self.condition.notify_all()
+        handout.poke(pool)  # one held poll of this process leads the hand-out
 
     def wait(self, pool: str, since: int, timeout: float) -> bool:
         """Wait until ``pool``'s counter passes ``since`` or ``timeout`` runs out."""
@@ -89,6 +94,7 @@ def _bump_all() -> None:
         for pool in list(board.generations):
             board.generations[pool] += 1
         board.condition.notify_all()
+    handout.poke_all()
 
 
 def ensure_listening() -> None:
