@@ -195,7 +195,7 @@ class Agents:
 
 
 def register(port: int, token: str, count: int) -> list[str]:
-    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    conn = http.client.HTTPConnection(HOST, port, timeout=180)  # a loaded machine is slow
     credentials = []
     for index in range(count):
         conn.request(
@@ -221,6 +221,19 @@ def wait_for_port(port: int, timeout: float = 30) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError(f"nothing answers on port {port}")
+
+
+def wait_for_answer(port: int, timeout: float = 180) -> None:
+    """Until the server answers a request (both workers, as far as the kernel lets us see)."""
+    deadline = time.monotonic() + timeout
+    answered = 0
+    while time.monotonic() < deadline and answered < 4:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection(HOST, port, timeout=60)
+            conn.request("GET", "/api/v1/pools/")
+            answered += conn.getresponse().status == 200
+            conn.close()
+        time.sleep(0.2)
 
 
 def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
@@ -332,7 +345,7 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
 
     try:
         wait_for_port(port)
-        time.sleep(2.0)  # the workers load Django
+        wait_for_answer(port)  # the workers have loaded Django
         idle_rss, idle_threads = rss_and_threads(server_pids(server.pid))
         log(f"registering {args.agents} agents")
         credentials = register(port, token, args.agents)

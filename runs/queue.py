@@ -246,6 +246,44 @@ def run_transition(
     return run
 
 
+def _runs_save(runs: list[Run], fields: set[str]) -> None:
+    """Save ``fields`` of many runs in two statements: one UPDATE of the fields whose value is
+    the same on every run, one of those that differ (on PostgreSQL an UPDATE ... FROM
+    unnest(arrays): ``bulk_update``'s CASE per row and field costs the ORM far more CPU)."""
+    from django.db import connection
+
+    ids = [run.pk for run in runs]
+    concrete = {name: Run._meta.get_field(name) for name in sorted(fields)}
+    same = {
+        name: getattr(runs[0], field.attname)
+        for name, field in concrete.items()
+        if all(getattr(run, field.attname) == getattr(runs[0], field.attname) for run in runs)
+    }
+    if same:
+        Run.objects.filter(pk__in=ids).update(**same)
+    differ = [field for name, field in concrete.items() if name not in same]
+    if not differ:
+        return
+    if connection.vendor != "postgresql" or any(
+        f.get_internal_type() == "JSONField" for f in differ
+    ):
+        Run.objects.bulk_update(runs, [field.name for field in differ])
+        return
+    columns = ", ".join(f'"{f.column}" = v."{f.column}"' for f in differ)
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in differ)
+    names = ", ".join(f'"{f.column}"' for f in differ)
+    table = Run._meta.db_table
+    params: list[Any] = [ids] + [
+        [f.get_db_prep_save(getattr(run, f.attname), connection) for run in runs] for f in differ
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{table}" SET {columns} FROM unnest(%s::bigint[], {arrays}) '  # noqa: S608
+            f'AS v("id", {names}) WHERE "{table}"."id" = v."id"',
+            params,
+        )
+
+
 @transaction.atomic
 def runs_transition(
     *,
@@ -280,7 +318,7 @@ def runs_transition(
         events.append(event)
         moved.append((run, source))
     if moved:
-        Run.objects.bulk_update([run for run, _ in moved], sorted(fields))
+        _runs_save([run for run, _ in moved], fields)
         RunEvent.objects.bulk_create(events)
     for run, source in moved:
         _transition_after(run_id=run.pk, plan_id=run.plan_id, source=source, to_state=to_state)

@@ -32,10 +32,11 @@ logger = logging.getLogger(__name__)
 class Waiter:
     """One held poll: its agent, the lease handed to it, and the event that wakes it."""
 
-    __slots__ = ("agent", "claimed", "event", "lead", "lease")
+    __slots__ = ("agent", "claimed", "event", "lead", "lease", "unheard_seen")
 
     def __init__(self, agent: Any) -> None:
         self.agent = agent
+        self.unheard_seen = 0
         self.event = threading.Event()
         self.lease: Any = None
         self.claimed = False  # a leader is leasing for it right now
@@ -45,6 +46,7 @@ class Waiter:
 class _Desk:
     def __init__(self) -> None:
         self.waiters: list[Waiter] = []
+        self.unheard = 0  # wake-ups that found no poll to wake
         self.leading = False
         self.again = False  # woken while a leader was at work: it looks once more
         self.last_look = 0.0
@@ -61,10 +63,30 @@ def _desk(pool: str) -> _Desk:
     return desk
 
 
+def _deliver(desk: _Desk, batch: list[Waiter], served: dict[int, Any], got: dict[int, Any]) -> None:
+    """Hand the leases of ``got`` to their polls of ``batch`` (once each) and wake them."""
+    with _condition:
+        for w in batch:
+            lease = got.get(w.agent.pk)
+            if lease is not None and w.claimed:
+                served[w.agent.pk] = lease
+                w.claimed = False
+                w.lease = lease
+                if w in desk.waiters:
+                    desk.waiters.remove(w)
+                w.event.set()
+        _condition.notify_all()
+
+
+Grant = Callable[[list[Any], Callable[[dict[int, Any]], None]], dict[int, Any]]
+
+
 def join(pool: str, agent: Any) -> Waiter:
     waiter = Waiter(agent)
     with _condition:
-        _desk(pool).waiters.append(waiter)
+        desk = _desk(pool)
+        desk.waiters.append(waiter)
+        waiter.unheard_seen = desk.unheard
     return waiter
 
 
@@ -95,11 +117,33 @@ def poke(pool: str) -> None:
                 waiter.lead = True
                 waiter.event.set()
                 return
+        desk.unheard += 1  # every poll was looking for itself: they look again after
 
 
 def poke_all() -> None:
     for pool in list(_desks):
         poke(pool)
+
+
+def look_alone(pool: str, waiter: Waiter, grant: Grant) -> bool:
+    """A new poll's first look, for itself alone (a run waiting now is leased at once,
+    whether or not a leader is at work). True if a wake-up came meanwhile that found no
+    poll to wake (they were all looking): this one should lead a look for the desk now."""
+    with _condition:
+        if waiter.claimed or waiter.lease is not None:
+            return False
+        waiter.claimed = True
+        desk = _desk(pool)
+    served: dict[int, Any] = {}
+    deliver = functools.partial(_deliver, desk, [waiter], served)
+    try:
+        deliver(grant([waiter.agent], deliver))
+    finally:
+        with _condition:
+            waiter.claimed = False
+            _condition.notify_all()
+            missed = desk.unheard != waiter.unheard_seen
+    return missed and waiter.lease is None
 
 
 def take_lead(pool: str, waiter: Waiter, *, recheck: float, asked: bool = False) -> bool:
@@ -120,24 +164,6 @@ def take_lead(pool: str, waiter: Waiter, *, recheck: float, asked: bool = False)
             return False
         desk.leading = True
         return True
-
-
-def _deliver(desk: _Desk, batch: list[Waiter], served: dict[int, Any], got: dict[int, Any]) -> None:
-    """Hand the leases of ``got`` to their polls of ``batch`` (once each) and wake them."""
-    with _condition:
-        for w in batch:
-            lease = got.get(w.agent.pk)
-            if lease is not None and w.claimed:
-                served[w.agent.pk] = lease
-                w.claimed = False
-                w.lease = lease
-                if w in desk.waiters:
-                    desk.waiters.remove(w)
-                w.event.set()
-        _condition.notify_all()
-
-
-Grant = Callable[[list[Any], Callable[[dict[int, Any]], None]], dict[int, Any]]
 
 
 def lead(pool: str, waiter: Waiter, grant: Grant) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from marin_site.errors import ActionForbidden, DomainError
@@ -331,38 +331,40 @@ def _expire_stale_if_due(pool: Pool) -> None:
 
 def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
     """The long poll: lease a run now, or wait up to ``wait_seconds`` (capped by
-    RUNS_AGENT_POLL_SECONDS) for one to be offered. While it waits the request holds no
-    database connection and queues at its pool's desk in this process
+    RUNS_AGENT_POLL_SECONDS) for one to be offered. The first look is for this poll alone;
+    then it waits, holding no database connection, at its pool's desk in this process
     (``runs.pools.handout``): a wake-up wakes one waiting poll, which leases runs for the
-    waiting polls in batches and hands them out; a poll that hears nothing leads a look of
-    its own at its re-check, every RUNS_AGENT_RECHECK_SECONDS."""
+    waiting polls in batches and hands them out; a poll that hears nothing leads a look for
+    the desk at its re-check (every RUNS_AGENT_RECHECK_SECONDS, once per process)."""
     pool = agent.pool.name
     hold = max(0.0, min(float(wait_seconds), float(settings.RUNS_AGENT_POLL_SECONDS)))
     deadline = time.monotonic() + hold
     recheck = float(settings.RUNS_AGENT_RECHECK_SECONDS)
     lease_abandon_held(agent=agent)
+    _expire_stale_if_due(agent.pool)
     wakeup.generation(pool)  # listening before the first look: a later offer wakes the desk
+
+    def grant(agents: list[Agent], deliver: Callable[[dict[int, Lease]], None]) -> Any:
+        return leases_grant(pool=agent.pool, agents=agents, on_commit=deliver)
+
     waiter = handout.join(pool, agent)
     try:
+        missed = handout.look_alone(pool, waiter, grant)
         first = True
-        while True:
-            if handout.take_lead(pool, waiter, recheck=recheck, asked=first):
-                _expire_stale_if_due(agent.pool)
-                handout.lead(
-                    pool,
-                    waiter,
-                    lambda agents, deliver: leases_grant(
-                        pool=agent.pool, agents=agents, on_commit=deliver
-                    ),
-                )
-            first = False
+        while waiter.lease is None:
+            if (missed or not first) and handout.take_lead(
+                pool, waiter, recheck=recheck, asked=missed
+            ):
+                wakeup.slot_take()
+                handout.lead(pool, waiter, grant)
+            first = missed = False
             remaining = deadline - time.monotonic()
             if waiter.lease is not None or remaining <= 0:
                 break
-            if not connection.in_atomic_block:
-                connection.close()  # 200 waiting agents must not hold 200 database connections
-            with wakeup.slot_given_up():
-                waiter.event.wait(min(remaining, recheck))
+            # 200 waiting agents hold no database connection, and a poll handed its lease
+            # answers without waiting for a slot: the lease is all it needs.
+            wakeup.slot_release()
+            waiter.event.wait(min(remaining, recheck))
     finally:
         lease: Lease | None = handout.leave(pool, waiter)  # a lease handed out is never dropped
     return lease

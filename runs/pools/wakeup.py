@@ -143,36 +143,48 @@ def database_slot() -> Iterator[None]:
     """Hold one of this process's RUNS_AGENT_DB_SLOTS for an agent's request, and close its
     database connection after: however many agents wait in held polls (one thread each),
     at most that many of them use the database at once, so 200 agents never open 200
-    connections. ``lease_wait`` gives the slot up while it waits."""
+    connections. ``lease_wait`` gives the slot up while it waits (``slot_release``), takes
+    one again only to use the database (``slot_take``), and answers a lease handed to it
+    without one."""
     slots = _semaphore()
     slots.acquire()
     _holding.slot = True
     try:
         yield
     finally:
-        _holding.slot = False
-        slots.release()
+        if _holding.slot:
+            slots.release()
+        _holding.slot = None
         if not connection.in_atomic_block:
             connection.close()
 
 
-@contextlib.contextmanager
-def slot_given_up() -> Iterator[None]:
-    """Inside ``database_slot``: let another request have the slot (and close this one's
-    connection) while this one waits; take a slot again before it goes on."""
-    if not getattr(_holding, "slot", False):
-        yield
-        return
+def slot_release() -> None:
+    """Inside ``database_slot``: let another request have this one's slot, closing its
+    connection (outside one: close the connection, if no transaction is open)."""
     if not connection.in_atomic_block:
         connection.close()
-    slots = _semaphore()
-    _holding.slot = False
-    slots.release()
+    if getattr(_holding, "slot", None):
+        _holding.slot = False
+        _semaphore().release()
+
+
+def slot_take() -> None:
+    """Inside ``database_slot``, after ``slot_release``: take a slot again before using the
+    database (outside one: nothing to take)."""
+    if getattr(_holding, "slot", None) is False:
+        _semaphore().acquire()
+        _holding.slot = True
+
+
+@contextlib.contextmanager
+def slot_given_up() -> Iterator[None]:
+    """Inside ``database_slot``: give the slot up for the block, take one again after."""
+    slot_release()
     try:
         yield
     finally:
-        slots.acquire()
-        _holding.slot = True
+        slot_take()
 
 
 def work_offered(pool: str) -> None:
