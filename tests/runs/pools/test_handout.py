@@ -14,10 +14,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from marin_site.errors import TransitionNotAllowed
-from runs import queue
 from runs.models import Run, RunEvent, RunState
 from runs.pools import handout, leases
 from runs.pools.models import Lease
+from runs.services import dispatch
+from runs.services import runs as run_writes
 from tests.concurrency import Worker
 from tests.runs.pools.pool_helpers import ONE_RUN, make_agent, make_pool, offered_plan, runs_of
 from tests.runs.runs_helpers import launched_plan
@@ -34,18 +35,18 @@ def owner() -> User:
 
 
 @pytest.mark.django_db
-def test_a_batch_of_eight_leases_takes_the_statements_of_one(recipe: Any, owner: User) -> None:
+def test_a_batch_of_six_leases_takes_the_statements_of_two(recipe: Any, owner: User) -> None:
     pool = make_pool(owner, max_concurrent_runs=20)
     agents = [make_agent(pool, f"host-{i}")[0] for i in range(9)]
     offered_plan(recipe, pool, EIGHT_RUNS)
 
-    with CaptureQueriesContext(connection) as one:
-        single = leases.leases_grant(pool=pool, agents=agents[:1])
-    with CaptureQueriesContext(connection) as eight:
-        batch = leases.leases_grant(pool=pool, agents=agents[1:])
+    with CaptureQueriesContext(connection) as two:
+        single = leases.leases_grant(pool=pool, agents=agents[:2])
+    with CaptureQueriesContext(connection) as six:
+        batch = leases.leases_grant(pool=pool, agents=agents[2:])
 
-    assert len(single) == 1 and len(batch) == 7  # eight runs: the last agent gets none
-    assert len(eight.captured_queries) == len(one.captured_queries)
+    assert len(single) == 2 and len(batch) == 6  # eight runs: the last agent gets none
+    assert len(six.captured_queries) == len(two.captured_queries)
     granted = [*single.values(), *batch.values()]
     assert len({lease.run_id for lease in granted}) == 8
     for lease in granted:
@@ -83,18 +84,18 @@ def test_a_batch_leaves_out_an_agent_that_holds_a_lease_and_leases_the_others(
 def test_runs_transition_keeps_the_rules_of_run_transition(recipe: Any) -> None:
     plan = launched_plan(recipe, ONE_RUN + "axes:\n  learning_rate: [0.001, 0.002]\n")
     first, second, third = runs_of(plan)
-    queue.run_transition(run_id=third.pk, to_state=RunState.FAILED, door="worker")
+    run_writes.run_transition(run_id=third.pk, to_state=RunState.FAILED, door="worker")
 
     with pytest.raises(TransitionNotAllowed):
-        queue.runs_transition(
-            moves=[queue.Move(first.pk), queue.Move(third.pk)],
+        run_writes.runs_transition(
+            moves=[run_writes.Move(first.pk), run_writes.Move(third.pk)],
             to_state=RunState.RUNNING,
             door="worker",
         )
     assert Run.objects.get(pk=first.pk).state == RunState.QUEUED  # all or nothing
 
-    moved = queue.runs_transition(
-        moves=[queue.Move(first.pk, message="one"), queue.Move(second.pk, message="two")],
+    moved = run_writes.runs_transition(
+        moves=[run_writes.Move(first.pk, message="one"), run_writes.Move(second.pk, message="two")],
         to_state=RunState.FAILED,
         door="worker",
         failure_kind="infra",
@@ -112,8 +113,8 @@ def test_runs_transition_keeps_the_rules_of_run_transition(recipe: Any) -> None:
         )
         event = RunEvent.objects.get(run=run, verb=RunState.FAILED)
         assert (event.from_state, event.message) == (RunState.QUEUED, f"[infra] {message}")
-    again = queue.runs_transition(
-        moves=[queue.Move(first.pk)], to_state=RunState.FAILED, door="worker"
+    again = run_writes.runs_transition(
+        moves=[run_writes.Move(first.pk)], to_state=RunState.FAILED, door="worker"
     )
     assert again[0].state == RunState.FAILED
     assert RunEvent.objects.filter(run=first, verb=RunState.FAILED).count() == 1  # no second
@@ -252,7 +253,7 @@ def test_a_wake_up_leases_for_every_held_poll_in_one_hand_out(
     time.sleep(1.0)  # every poll waits now
     grants.clear()
 
-    queue.runs_dispatch()  # offers four runs (the pool's limit)
+    dispatch.runs_dispatch()  # offers four runs (the pool's limit)
     got = [poll.outcome() for poll in polls]
 
     leased = [lease for lease in got if lease is not None]

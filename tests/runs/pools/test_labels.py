@@ -10,9 +10,10 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 
 from proposals.models import State
-from runs import services
 from runs.models import PlanLaunch, Recipe, Run, RunState
 from runs.pools import leases
+from runs.services import plans as plan_services
+from runs.services import recipes as recipe_services
 from tests.factories import ProposalFactory, RecipeFactory
 from tests.runs.pools.pool_helpers import ONE_RUN, make_agent, make_pool, offered_plan
 
@@ -37,11 +38,11 @@ def test_a_launch_on_a_pool_lacking_the_labels_is_refused_naming_the_field(
     gpu_recipe: Recipe, owner: User
 ) -> None:
     pool = make_pool(owner, "cpu", labels=["cpu:x86"])
-    plan = services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=gpu_recipe, baseline={}, spec_text=ONE_RUN, budget_accelerator_hours=None
     )
     with pytest.raises(ValidationError) as refused:
-        services.plan_launch(plan_id=plan.pk, executor=pool.executor)
+        plan_services.plan_launch(plan_id=plan.pk, executor=pool.executor)
 
     message = refused.value.message_dict["executor"][0]
     assert "pool 'cpu' lacks the label gpu:a5000" in message
@@ -53,19 +54,19 @@ def test_a_launch_on_a_pool_with_the_labels_keeps_them_on_the_launch(
     gpu_recipe: Recipe, owner: User
 ) -> None:
     pool = make_pool(owner, "gpu", labels=["gpu:a5000", "cuda:12"])
-    plan = services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=gpu_recipe, baseline={}, spec_text=ONE_RUN, budget_accelerator_hours=None
     )
-    launch = services.plan_launch(plan_id=plan.pk, executor=pool.executor)
+    launch = plan_services.plan_launch(plan_id=plan.pk, executor=pool.executor)
     assert launch.requires_labels == A5000
 
 
 def test_a_launch_off_any_pool_is_refused(gpu_recipe: Recipe) -> None:
-    plan = services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=gpu_recipe, baseline={}, spec_text=ONE_RUN, budget_accelerator_hours=None
     )
     with pytest.raises(ValidationError) as refused:
-        services.plan_launch(plan_id=plan.pk, executor="local")
+        plan_services.plan_launch(plan_id=plan.pk, executor="local")
     assert "requires_labels" in refused.value.message_dict["executor"][0]
 
 
@@ -86,9 +87,13 @@ def test_approving_a_proposal_whose_recipe_s_pool_lacks_the_labels_is_a_400(
 
 def test_a_recipe_naming_a_pool_lacking_its_labels_is_refused(owner: User) -> None:
     pool = make_pool(owner, "cpu", labels=[])
-    data = {f: getattr(Recipe(), f) for f in services.RECIPE_FIELDS if f not in ("name", "version")}
+    data = {
+        f: getattr(Recipe(), f)
+        for f in recipe_services.RECIPE_FIELDS
+        if f not in ("name", "version")
+    }
     with pytest.raises(ValidationError) as refused:
-        services.recipe_validate(
+        recipe_services.recipe_validate(
             data=data
             | {"name": "gpu-job", "executor": pool.executor, "requires_labels": ["gpu:a5000"]}
         )
