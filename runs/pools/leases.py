@@ -357,16 +357,16 @@ def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
             if (missed or not first) and handout.take_lead(
                 pool, waiter, recheck=recheck, asked=missed
             ):
-                wakeup.slot_take()
                 handout.lead(pool, waiter, grant)
             first = missed = False
             remaining = deadline - time.monotonic()
             if waiter.lease is not None or remaining <= 0:
                 break
-            # 200 waiting agents hold no database connection, and a poll handed its lease
-            # answers without waiting for a slot: the lease is all it needs.
-            wakeup.slot_release()
+            wakeup.slot_release()  # 200 waiting agents hold no database connection
             waiter.event.wait(min(remaining, recheck))
+            # A slot again, even to answer a lease handed over: the rest of the request
+            # (middleware) may use the database, and the process's connections are few.
+            wakeup.slot_take()
     finally:
         lease: Lease | None = handout.leave(pool, waiter)  # a lease handed out is never dropped
     return lease

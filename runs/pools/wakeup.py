@@ -143,9 +143,8 @@ def database_slot() -> Iterator[None]:
     """Hold one of this process's RUNS_AGENT_DB_SLOTS for an agent's request, and close its
     database connection after: however many agents wait in held polls (one thread each),
     at most that many of them use the database at once, so 200 agents never open 200
-    connections. ``lease_wait`` gives the slot up while it waits (``slot_release``), takes
-    one again only to use the database (``slot_take``), and answers a lease handed to it
-    without one."""
+    connections. ``lease_wait`` gives the slot up while it waits (``slot_release``) and
+    takes one again after (``slot_take``)."""
     slots = _semaphore()
     slots.acquire()
     _holding.slot = True
