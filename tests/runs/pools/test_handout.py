@@ -34,6 +34,7 @@ def owner() -> User:
 # --- the batch: a few statements however many agents -----------------------------------
 
 
+@pytest.mark.sqlite  # the PostgreSQL UPDATE ... FROM unnest, and its fallback
 @pytest.mark.django_db
 def test_a_batch_of_six_leases_takes_the_statements_of_two(recipe: Any, owner: User) -> None:
     pool = make_pool(owner, max_concurrent_runs=20)
@@ -62,6 +63,7 @@ def test_a_batch_of_six_leases_takes_the_statements_of_two(recipe: Any, owner: U
     assert leases.leases_grant(pool=pool, agents=agents[8:]) == {}  # nothing left
 
 
+@pytest.mark.sqlite  # the PostgreSQL UPDATE ... FROM unnest, and its fallback
 @pytest.mark.django_db
 def test_a_batch_leaves_out_an_agent_that_holds_a_lease_and_leases_the_others(
     recipe: Any, owner: User
@@ -80,6 +82,7 @@ def test_a_batch_leaves_out_an_agent_that_holds_a_lease_and_leases_the_others(
     assert leased == 3 == Lease.objects.count()  # the run it did not get is still offered
 
 
+@pytest.mark.sqlite  # the PostgreSQL UPDATE ... FROM unnest, and its fallback
 @pytest.mark.django_db
 def test_runs_transition_keeps_the_rules_of_run_transition(recipe: Any) -> None:
     plan = launched_plan(recipe, ONE_RUN + "axes:\n  learning_rate: [0.001, 0.002]\n")
