@@ -205,7 +205,7 @@ def _runs_save(runs: list[Run], fields: set[str]) -> None:
     the same on every run, one of those that differ (on PostgreSQL an UPDATE ... FROM
     unnest(arrays): ``bulk_update``'s CASE per row and field costs the ORM far more CPU)."""
     ids = [run.pk for run in runs]
-    concrete = {name: Run._meta.get_field(name) for name in sorted(fields)}
+    concrete = {f.name: f for f in Run._meta.concrete_fields if f.name in fields}
     same = {
         name: getattr(runs[0], field.attname)
         for name, field in concrete.items()

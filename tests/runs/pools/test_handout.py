@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from functools import partial
 from types import SimpleNamespace
 from typing import Any
 
@@ -248,8 +249,7 @@ def test_a_wake_up_leases_for_every_held_poll_in_one_hand_out(
 
     monkeypatch.setattr(leases, "leases_grant", counted)
     polls = [
-        Worker(lambda a=a: leases.lease_wait(agent=a, wait_seconds=4), f"poll-{a.pk}")
-        for a in agents
+        Worker(partial(leases.lease_wait, agent=a, wait_seconds=4), f"poll-{a.pk}") for a in agents
     ]
     for poll in polls:
         poll.start()
