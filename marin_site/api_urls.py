@@ -27,6 +27,7 @@ from runs.api import (
     RunTrackerImportView,
     RunViewSet,
 )
+from runs.campaigns.api import CampaignViewSet
 
 router = DefaultRouter()
 router.register("proposals", ProposalViewSet, basename="proposal")
@@ -35,6 +36,7 @@ router.register("comments", CommentViewSet, basename="comment")
 router.register("recipes", RecipeViewSet, basename="recipe")
 router.register("runs", RunViewSet, basename="run")
 router.register("pools", PoolViewSet, basename="pool")
+router.register("campaigns", CampaignViewSet, basename="campaign")
 
 urlpatterns = [
     path("search/", ProposalSearchView.as_view(), name="proposal-search"),

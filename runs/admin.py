@@ -202,3 +202,7 @@ class LeaseAdmin(admin.ModelAdmin):
     list_display = ["id", "run", "agent", "attempt", "created_at", "expires_at", "end_reason"]
     list_filter = ["end_reason"]
     raw_id_fields = ["run", "agent"]
+
+
+# Campaigns' admin lives in runs/campaigns/admin.py; imported here so the admin finds it.
+from runs.campaigns import admin as campaign_admin  # noqa: E402, F401

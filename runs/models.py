@@ -525,4 +525,6 @@ class RecipeEvent(TimelineEvent):
 
 
 # Pools, agents and leases live in runs/pools/; imported here so Django registers them.
+# Campaigns live in runs/campaigns/; imported here so Django registers them.
+from runs.campaigns.models import Campaign, CampaignRun, Intervention  # noqa: E402, F401
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401

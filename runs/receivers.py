@@ -11,7 +11,18 @@ from typing import Any
 from django.dispatch import receiver
 
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
-from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Recipe, RecipeEvent, Run, RunEvent
+from runs.models import (
+    TERMINAL_RUN_STATES,
+    Campaign,
+    CampaignRun,
+    Intervention,
+    Plan,
+    PlanLaunch,
+    Recipe,
+    RecipeEvent,
+    Run,
+    RunEvent,
+)
 from runs.series.rollup import series_refresh_now
 from runs.signals import run_state_changed
 
@@ -22,6 +33,9 @@ from runs.signals import run_state_changed
 @receiver(PAGE_SIGNALS, sender=PlanLaunch, dispatch_uid="pagecache:runs.PlanLaunch")
 @receiver(PAGE_SIGNALS, sender=Run, dispatch_uid="pagecache:runs.Run")
 @receiver(PAGE_SIGNALS, sender=RunEvent, dispatch_uid="pagecache:runs.RunEvent")  # timelines
+@receiver(PAGE_SIGNALS, sender=Campaign, dispatch_uid="pagecache:runs.Campaign")  # home page
+@receiver(PAGE_SIGNALS, sender=CampaignRun, dispatch_uid="pagecache:runs.CampaignRun")
+@receiver(PAGE_SIGNALS, sender=Intervention, dispatch_uid="pagecache:runs.Intervention")
 def on_page_row_changed(sender: Any, **kwargs: Any) -> None:
     """A row the public pages show was written: every cached page is stale."""
     generation_bump()
