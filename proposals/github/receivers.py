@@ -13,6 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.dispatch import receiver
 
+from proposals.github import client as gh
 from proposals.github.outbox.enqueue import outbox_comment_enqueue, outbox_proposal_changed
 from proposals.github.outbox.render import render_result
 from proposals.models import Proposal
@@ -21,6 +22,8 @@ from runs.signals import plan_finished, run_state_changed
 
 @receiver(run_state_changed, dispatch_uid="proposals.github.run_state_changed")
 def on_run_state_changed(sender: Any, *, plan_id: int, **kwargs: Any) -> None:
+    if not gh.sync_enabled():
+        return  # nothing to say on GitHub: no query per run (a batch of leases moves hundreds)
     with transaction.atomic():
         proposal = Proposal.objects.filter(plan_id=plan_id).first()
         if proposal is not None:
