@@ -286,6 +286,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.series_refresh_stale",
         "schedule": RUNS_RECONCILE_SECONDS,
     },
+    "runs-alerts-silence-check": {
+        "task": "runs.alerts_silence_check",
+        "schedule": RUNS_RECONCILE_SECONDS,
+    },
     "runs-tracker-imports-resume": {
         "task": "runs.tracker_imports_resume",
         "schedule": RUNS_RECONCILE_SECONDS,

@@ -13,6 +13,7 @@ class RunsConfig(AppConfig):
             permissions,  # noqa: F401  (registers the rules)
             series,  # noqa: F401  (refreshes a run's charts when it ends)
         )
+        from runs.alerts import receivers, tasks  # noqa: F401  (alerts close with their run)
 
         invalidate_on_change(
             models.Recipe,
@@ -21,4 +22,5 @@ class RunsConfig(AppConfig):
             models.PlanLaunch,
             models.Run,
             models.RunEvent,  # on the proposal page's timeline too
+            models.Alert,
         )

@@ -23,6 +23,7 @@ refresh recomputes both from the points.
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Iterator
@@ -42,7 +43,10 @@ from psycopg.types.numeric import Int8
 from marin_site.db import server_binding_cursor
 from marin_site.errors import DomainError
 from runs import metric_declarations, pg_arrays, series
+from runs.alerts.services import alerts_evaluate
 from runs.models import MetricPoint, MetricSummary, Run, RunState
+
+logger = logging.getLogger(__name__)
 
 METRIC_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,199}\Z")  # \Z: no trailing newline
 MAX_STEP = 2**62
@@ -229,6 +233,11 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
         changed = _ingest_portable(run_id=run.pk, batch=batch)
     if changed:
         series.series_refresh_soon(run_id=run.pk)
+        if run.state == RunState.RUNNING:  # alerts watch live runs, not imported history
+            try:
+                alerts_evaluate(run=run, batch=batch)
+            except Exception:  # the points are stored; an alert's fault never refuses them
+                logger.exception("evaluating the alerts of run %s failed", run.pk)
     return len(batch)
 
 

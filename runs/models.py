@@ -509,5 +509,7 @@ class RecipeEvent(TimelineEvent):
         return f"{self.recipe_id} {self.verb}"
 
 
-# Pools, agents and leases live in runs/pools/; imported here so Django registers them.
+# Pools, agents and leases live in runs/pools/, alerts in runs/alerts/; imported here so
+# Django registers them.
+from runs.alerts.models import Alert, AlertRule, AlertWatch  # noqa: E402, F401
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401

@@ -33,6 +33,7 @@ from marin_site.doors import Door
 from marin_site.errors import DomainError
 from marin_site.roles import is_maintainer
 from runs import metrics, queue, tracker_reports
+from runs.alerts.services import alerts_not_finite
 from runs.executors.external import PREFIX as EXTERNAL_PREFIX
 from runs.mlflow import protocol, selectors
 from runs.mlflow.errors import (
@@ -355,6 +356,7 @@ def log_batch(
                 raise invalid(exc.message) from exc
         if not_finite:
             _note_not_finite(locked, not_finite, caller)
+            alerts_not_finite(run=locked, first_steps=not_finite, door=DOOR)
     _heartbeat(run.pk)
 
 
