@@ -154,12 +154,30 @@ _CACHE_SECONDS = 60.0
 _by_run: dict[int, tuple[float, tuple[Rule, ...]]] = {}
 
 
-def rules_for_run(*, run_id: int, recipe_name: str, recipe_version: str) -> tuple[Rule, ...]:
+_facts: dict[int, tuple[int, str, str]] = {}
+
+
+def run_facts(*, run_id: int) -> tuple[int, str, str]:
+    """A run's plan id, recipe name and version: they never change, so they are kept. (The
+    metrics door loads a run with only what its token check needs.)"""
+    facts = _facts.get(run_id)
+    if facts is None:
+        from runs.models import Run
+
+        facts = Run.objects.values_list("plan_id", "recipe_name", "recipe_version").get(pk=run_id)
+        if len(_facts) > 100_000:
+            _facts.clear()
+        _facts[run_id] = facts
+    return facts
+
+
+def rules_for_run(*, run_id: int) -> tuple[Rule, ...]:
     """The enabled rules of a run: defaults, then its recipe's stored rules, then its own."""
     now = time.monotonic()
     cached = _by_run.get(run_id)
     if cached is not None and now - cached[0] < _CACHE_SECONDS:
         return cached[1]
+    _plan, recipe_name, recipe_version = run_facts(run_id=run_id)
     merged = rules_default(metric_declarations.declarations_for_run(run_id=run_id))
     stored = sorted(
         AlertRule.objects.filter(

@@ -74,7 +74,7 @@ def alert_open(
     except IntegrityError:  # another writer opened it meanwhile
         return None
     _event(run, "alert_opened", f"[{kind}] {message}", door)
-    _announce(alert, plan_id=run.plan_id, opened=True)
+    _announce(alert, plan_id=rules.run_facts(run_id=run.pk)[0], opened=True)
     return alert
 
 
@@ -94,7 +94,7 @@ def alert_close(
     alert.close_message = message[:2_000]
     alert.save(update_fields=["closed_at", "closed_step", "close_message"])
     _event(run, "alert_closed", f"[{kind}] {message}", door)
-    _announce(alert, plan_id=run.plan_id, opened=False)
+    _announce(alert, plan_id=rules.run_facts(run_id=run.pk)[0], opened=False)
     return alert
 
 
@@ -123,9 +123,7 @@ def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
     open and close alerts as the detectors say. Returns the changes (for tests and bench)."""
     watched = {
         (rule.kind, rule.key): rule
-        for rule in rules.rules_for_run(
-            run_id=run.pk, recipe_name=run.recipe_name, recipe_version=run.recipe_version
-        )
+        for rule in rules.rules_for_run(run_id=run.pk)
         if rule.kind in rules.KEYED_KINDS
     }
     batch_keys = set(batch.keys)
@@ -202,13 +200,7 @@ def alerts_not_finite(*, run: Run, first_steps: dict[str, int], door: str = Door
     first step of each key. Opens one NaN alert per key (when the run's rules keep the NaN
     rule); finite values from a later step close it (``alerts_evaluate``). Returns how many
     alerts opened."""
-    active = {
-        rule.key
-        for rule in rules.rules_for_run(
-            run_id=run.pk, recipe_name=run.recipe_name, recipe_version=run.recipe_version
-        )
-        if rule.kind == AlertKind.NAN
-    }
+    active = {rule.key for rule in rules.rules_for_run(run_id=run.pk) if rule.kind == AlertKind.NAN}
     if not active:
         return 0
     opened = 0
@@ -246,13 +238,7 @@ def alerts_silence_check() -> dict[str, int]:
         "pk", "plan_id", "recipe_name", "recipe_version", "heartbeat_at", "started_at"
     ):
         rule = next(
-            (
-                r
-                for r in rules.rules_for_run(
-                    run_id=run.pk, recipe_name=run.recipe_name, recipe_version=run.recipe_version
-                )
-                if r.kind == AlertKind.SILENCE
-            ),
+            (r for r in rules.rules_for_run(run_id=run.pk) if r.kind == AlertKind.SILENCE),
             None,
         )
         last = run.heartbeat_at or run.started_at
