@@ -9,12 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
 from django.dispatch import receiver
 
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
+from proposals.follows import notice_add
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
-from runs.signals import plan_owners, reconcile_pass
+from runs.alerts.models import Alert
+from runs.signals import alert_changed, plan_finished, plan_owners, reconcile_pass
 
 
 @receiver(PAGE_SIGNALS, sender=Proposal, dispatch_uid="pagecache:proposals.Proposal")
@@ -39,3 +42,46 @@ def on_reconcile_pass(sender: Any, **kwargs: Any) -> dict[str, int]:
 def on_plan_owners(sender: Any, *, plan_id: int, **kwargs: Any) -> list[int]:
     """Who answers for a plan: the author of the approved proposal it came from."""
     return proposal_plan_owners(plan_id=plan_id)
+
+
+@receiver(plan_finished, dispatch_uid="proposals.follows.plan_finished")
+def on_plan_finished_notify(
+    sender: Any, *, plan_id: int, summary: dict[str, Any], **kwargs: Any
+) -> None:
+    """Followers hear that the results are in, once per distinct result."""
+    import hashlib
+
+    with transaction.atomic():
+        proposal = Proposal.objects.filter(plan_id=plan_id).first()
+        if proposal is None:
+            return
+        table = str((summary or {}).get("markdown") or "").strip()
+        digest = hashlib.sha256(table.encode()).hexdigest()[:16]
+        notice_add(
+            proposal=proposal,
+            key=f"results:{plan_id}:{digest}",
+            subject="results are in",
+            body=f"Every run of the plan has finished.\n\n{table}".strip(),
+        )
+
+
+@receiver(alert_changed, dispatch_uid="proposals.follows.alert_changed")
+def on_alert_changed_notify(
+    sender: Any, *, alert_id: int, plan_id: int | None, opened: bool, **kwargs: Any
+) -> None:
+    """Followers hear of an alert on a run of the proposal's plan: when it opens and closes."""
+    if plan_id is None:
+        return
+    with transaction.atomic():
+        proposal = Proposal.objects.filter(plan_id=plan_id).first()
+        alert = Alert.objects.filter(pk=alert_id).first()
+        if proposal is None or alert is None:
+            return
+        way = "opened" if opened else "closed"
+        text = alert.message if opened else alert.close_message
+        notice_add(
+            proposal=proposal,
+            key=f"alert:{alert_id}:{way}",
+            subject=f"alert {way} on run {alert.run_id} ({alert.kind})",
+            body=f"Alert {way} on run {alert.run_id} ({alert.get_kind_display()}): {text}",
+        )
