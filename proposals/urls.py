@@ -1,6 +1,7 @@
 from django.urls import path
 
 from proposals import follow_views, views
+from proposals.feeds import FEEDS
 
 app_name = "proposals"
 
@@ -31,4 +32,9 @@ urlpatterns = [
     path("search/", views.search_page, name="search"),
     path("archive/", views.archive_page, name="archive"),
     path("export/proposals.<str:fmt>", views.export_download, name="export"),
+    *(path(f"feeds/{kind}/", feed(), name=f"feed-{kind}") for kind, feed in FEEDS.items()),
+    *(
+        path(f"feeds/labels/<str:label>/{kind}/", feed(), name=f"label-feed-{kind}")
+        for kind, feed in FEEDS.items()
+    ),
 ]

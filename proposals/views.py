@@ -23,6 +23,7 @@ from proposals import follows, query_language, selectors, services
 from proposals import permissions as perms
 from proposals import search as proposal_search
 from proposals.actions import ACTIONS, BUTTON_ACTIONS, TRANSITIONS, allowed_actions
+from proposals.feeds import label_or_none
 from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
 from proposals.markdown import render_markdown
@@ -61,7 +62,13 @@ def proposal_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "proposals/list.html",
-        {"filter": filterset.form, "page": page, "query": query.urlencode(), "State": State},
+        {
+            "filter": filterset.form,
+            "page": page,
+            "query": query.urlencode(),
+            "State": State,
+            "feed_label": label_or_none(request.GET.get("label")),
+        },
     )
 
 
