@@ -22,6 +22,7 @@ from django.db.models import QuerySet
 from django.http import Http404, HttpRequest
 from django.urls import reverse
 from django.utils.feedgenerator import Atom1Feed
+from django.utils.html import linebreaks
 
 from proposals.markdown import render_markdown
 from proposals.models import LABEL_NAME, Label, Outcome, Proposal, State
@@ -89,14 +90,18 @@ class _SiteFeed(Feed):  # type: ignore[type-arg]
     def subtitle(self, obj: Label | None) -> str:
         return self.title(obj)
 
+    # Links are made absolute with SITE_URL (the syndication framework would otherwise use
+    # the sites framework's domain, which this site does not keep).
     def link(self, obj: Label | None) -> str:
-        url = reverse(self.page)
+        url = settings.SITE_URL + reverse(self.page)
         return url if obj is None else f"{url}?label={obj.name}"
 
     def feed_url(self, obj: Label | None) -> str:
         if obj is None:
-            return reverse(f"proposals:feed-{self.kind}")
-        return reverse(f"proposals:label-feed-{self.kind}", kwargs={"label": obj.name})
+            return settings.SITE_URL + reverse(f"proposals:feed-{self.kind}")
+        return settings.SITE_URL + reverse(
+            f"proposals:label-feed-{self.kind}", kwargs={"label": obj.name}
+        )
 
 
 class _ProposalFeed(_SiteFeed):
@@ -108,7 +113,7 @@ class _ProposalFeed(_SiteFeed):
         return xml_text(item.title)
 
     def item_link(self, item: Proposal) -> str:
-        return item.get_absolute_url()
+        return settings.SITE_URL + item.get_absolute_url()
 
     def item_guid(self, item: Proposal) -> str:
         return f"{settings.SITE_URL}{item.get_absolute_url()}#{self.kind}"
@@ -200,10 +205,10 @@ class AlertsFeed(_SiteFeed):
         text = item.message
         if not item.is_open:
             text += f"\n\nClosed: {item.close_message}"
-        return xml_text(text)
+        return xml_text(linebreaks(text, autoescape=True))  # Atom's summary is HTML: escape
 
     def item_link(self, item: Alert) -> str:
-        return item.get_absolute_url()
+        return settings.SITE_URL + item.get_absolute_url()
 
     def item_guid(self, item: Alert) -> str:
         return f"{settings.SITE_URL}/alerts/{item.pk}"
