@@ -202,3 +202,6 @@ class LeaseAdmin(admin.ModelAdmin):
     list_display = ["id", "run", "agent", "attempt", "created_at", "expires_at", "end_reason"]
     list_filter = ["end_reason"]
     raw_id_fields = ["run", "agent"]
+
+
+from runs.alerts import admin as alerts_admin  # noqa: E402, F401  (registers alerts' admin)

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_POST
 from marin_site.doors import Door
 from runs import charts_png, run_table, selectors, services
 from runs import permissions as run_perms
+from runs.alerts import selectors as alert_selectors
 from runs.models import Plan, Recipe, Run
 
 MANAGE_RECIPES = run_perms.MANAGE_RECIPES
@@ -160,6 +161,7 @@ def _run_page(
                 (k, v) for k, v in (run.final_metrics or {}).items() if k not in declarations
             ),
             "events": run.events.select_related("actor"),
+            "alerts": list(alert_selectors.run_alerts(run_id=run.pk)[:20]),
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
             "tracker_config_json": json.dumps(run.tracker_config, indent=2, sort_keys=True)
             if run.tracker_config
