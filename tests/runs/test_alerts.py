@@ -192,3 +192,56 @@ def test_a_stored_rule_overrides_the_default_and_can_switch_it_off(
     assert found["train/loss"].params["k"] == 50
     assert found["train/loss"].params["window"] == 50
     assert AlertRule.objects.count() == 2
+
+
+def test_rules_api_refuses_non_maintainers_and_names_the_bad_field(
+    api_as: Any, api: APIClient, maintainer: Any, contributor: Any, recipe: Any
+) -> None:
+    good = {"recipe": recipe.pk, "kind": "spike", "key": "train/loss", "params": {"k": 8}}
+    assert api.post("/api/v1/alert-rules/", good, format="json").status_code in {401, 403}
+    assert api_as(contributor).post("/api/v1/alert-rules/", good, format="json").status_code == 403
+    client = api_as(maintainer)
+    for body, field in [
+        ({**good, "params": {"k": "high"}}, "params.k"),
+        ({**good, "params": {"k": 1e9}}, "params.k"),
+        ({**good, "params": {"window": 3}}, "params.window"),
+        ({**good, "params": {"k": 4, "k_close": 5}}, "params.k_close"),
+        ({**good, "params": {"kk": 1}}, "params"),
+        ({**good, "params": [1, 2]}, "params"),
+        ({**good, "kind": "sparkle"}, "kind"),
+        ({**good, "key": ""}, "key"),
+        ({**good, "key": "bad key\n"}, "key"),
+        ({"kind": "silence", "params": {"seconds": 1}}, "recipe"),
+        ({"recipe": recipe.pk, "kind": "silence", "params": {"seconds": 1}}, "params.seconds"),
+        ({**good, "recipe": 10**12}, "recipe"),
+    ]:
+        response = client.post("/api/v1/alert-rules/", body, format="json")
+        assert response.status_code == 400, (body, response.content)
+        assert field in response.json(), (body, response.json())
+    assert not AlertRule.objects.exists()
+    response = client.post("/api/v1/alert-rules/", good, format="json")
+    assert response.status_code == 201, response.content
+    rule_id = response.json()["id"]
+    assert client.patch(
+        f"/api/v1/alert-rules/{rule_id}/", {"params": {"k": 0}}, format="json"
+    ).json() == {"params.k": ["must be from 1 to 1000"]}
+    assert (
+        client.patch(
+            f"/api/v1/alert-rules/{rule_id}/", {"enabled": False}, format="json"
+        ).status_code
+        == 200
+    )
+    assert AlertRule.objects.get().enabled is False
+    assert api_as(contributor).delete(f"/api/v1/alert-rules/{rule_id}/").status_code == 403
+    assert api.get("/api/v1/alert-rules/").status_code == 200  # reading is public
+
+
+def test_the_run_page_and_the_api_show_its_alerts(client: Any, running: tuple[Run, str]) -> None:
+    run, _ = running
+    services.alerts_not_finite(run=run, first_steps={"train/loss": 7})
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="alerts-heading"' in page
+    assert "train/loss was not finite (NaN or infinite) at step 7" in page
+    assert "alert_opened" in page  # on its timeline
+    listed = client.get(f"/api/v1/alerts/?run={run.pk}").json()["results"]
+    assert [(a["kind"], a["is_open"], a["opened_step"]) for a in listed] == [("nan", True, 7)]
