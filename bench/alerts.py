@@ -194,7 +194,7 @@ def main() -> None:
         record(args, ms, cpu_ms, all_ms, alerts, load_before)
 
 
-def record(
+def record(  # noqa: PLR0917
     args: argparse.Namespace,
     ms: list[float],
     cpu_ms: list[float],
