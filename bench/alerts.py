@@ -10,7 +10,7 @@ losses, drop on MFU and tokens/s, rise on the MoE drop fraction, NaN, silence); 
 --history-steps steps of its five watched keys straight into ``runs_metricpoint`` with one
 ``INSERT ... SELECT generate_series`` (so the history is really there, and a rescan would
 show); fold the last 1,000 of those steps into the rolling alert state through the code
-itself. Then it sends --batches batches through ``runs.metrics.metrics_ingest`` (the path
+itself. Then it sends --batches batches through ``runs.metrics.ingest.metrics_ingest`` (the path
 every door takes), each 1,000 points: 16 new steps of 60 keys (the five watched and 55
 others), the run as the metrics door loads it. One batch in the middle carries a loss spike
 and a later one its recovery, so the opening and closing path is in the figures.
@@ -69,19 +69,21 @@ def make_run() -> int:
 
     from django.db import transaction
 
-    from runs import queue, services
     from runs.demo_recipes import TINY_MOE
     from runs.models import PlanLaunch, Recipe, Run, RunState
+    from runs.services import dispatch
+    from runs.services import plans as plan_services
+    from runs.services import recipes as recipe_services
 
     recipe = Recipe.objects.filter(name=TINY_MOE["name"], version=TINY_MOE["version"]).first()
     if recipe is None:
-        recipe = services.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
-    plan = services.plan_freeze(
+        recipe = recipe_services.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
+    plan = plan_services.plan_freeze(
         recipe=recipe, baseline={}, spec_text="seeds: [0]\n", budget_accelerator_hours=None
     )
     with transaction.atomic():
         PlanLaunch.objects.create(plan=plan, executor="local", command_template="true")
-    queue.plan_expand(plan_id=plan.pk)
+    dispatch.plan_expand(plan_id=plan.pk)
     run = Run.objects.filter(plan=plan).order_by("pk").first()
     assert run is not None
     Run.objects.filter(pk=run.pk).update(state=RunState.RUNNING, started_at=dt.datetime.now(dt.UTC))
@@ -105,7 +107,7 @@ def write_history(run_id: int, steps: int) -> float:
 
 
 def batch_at(first_step: int, spike: float | None = None) -> object:
-    from runs.metrics import PointBatch
+    from runs.metrics.parse import PointBatch
 
     keys, steps, values = [], [], []
     for key in WATCHED + OTHERS:
@@ -124,7 +126,7 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
-def main() -> None:
+def main() -> None:  # noqa: PLR0915
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--admin-url", default="postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--database", default="h_bench_alerts")
@@ -135,9 +137,10 @@ def main() -> None:
 
     ensure_database(args.admin_url, args.database)
     setup_django(args.admin_url.rsplit("/", 1)[0] + f"/{args.database}")
-    from runs import metrics, selectors
+    from runs import selectors
     from runs.alerts import services as alert_services
     from runs.alerts.models import Alert
+    from runs.metrics import ingest as metrics
 
     run_id = make_run()
     seconds = write_history(run_id, args.history_steps)

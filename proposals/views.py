@@ -30,7 +30,7 @@ from proposals.markdown import render_markdown
 from proposals.models import Proposal, State
 from runs import selectors as run_selectors
 from runs.alerts import selectors as alert_selectors
-from runs.services import plan_build
+from runs.services.plans import plan_build
 
 
 def refusal(

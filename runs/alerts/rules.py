@@ -115,7 +115,7 @@ def params_check(*, kind: str, key: str, params: Any) -> tuple[dict[str, Any], d
 
 
 def good_key(key: str) -> bool:
-    from runs.metrics import METRIC_KEY
+    from runs.metrics.parse import METRIC_KEY
 
     return bool(METRIC_KEY.match(key))
 

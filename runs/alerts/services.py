@@ -1,7 +1,7 @@
 """Writes for alerts: evaluating a metrics batch, noting values that were not finite, the
 periodic silence check, closing a run's alerts when it ends, and maintainers' rule edits.
 
-``alerts_evaluate`` runs inside every metrics ingest (``runs.metrics.metrics_ingest``), so it
+``alerts_evaluate`` runs inside every metrics ingest (``runs.metrics.ingest.metrics_ingest``), so it
 is built to cost little: the run's rules come from a per-process cache, its rolling state is
 one locked read and one write of small JSON rows, and nothing reads the run's history.
 An alert that opens or closes writes a row of the run's timeline in the same transaction and
@@ -177,7 +177,7 @@ def _watches_write(watches: list[_Watch]) -> None:
 
 
 def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
-    """Fold a stored batch (``runs.metrics.PointBatch``) into the run's rolling alert state;
+    """Fold a stored batch (``runs.metrics.parse.PointBatch``) into the run's rolling alert state;
     open and close alerts as the detectors say. Returns the changes (for tests and bench).
 
     When nothing opens or closes, the transaction commits without waiting for the disk

@@ -13,10 +13,11 @@ from proposals import follows, services
 from proposals.follows import notice_send
 from proposals.github.fake import FakeGitHub
 from proposals.models import Follow, GitHubOutbox, Notice, NoticeDelivery, Proposal
-from runs import queue
 from runs.alerts import rules
 from runs.alerts.services import alerts_not_finite
 from runs.models import Run, RunState
+from runs.services import dispatch
+from runs.services import runs as run_writes
 from runs.signals import alert_changed
 from tests.factories import ProposalFactory, UserFactory
 from tests.proposals.github_support import drain, fake_github, github_on
@@ -40,10 +41,10 @@ def approved(contributor: Any, maintainer: Any, recipe: Any) -> Proposal:
 
 def running_run(proposal: Proposal) -> Run:
     assert proposal.plan_id is not None
-    queue.plan_expand(plan_id=proposal.plan_id)
+    dispatch.plan_expand(plan_id=proposal.plan_id)
     run = Run.objects.filter(plan_id=proposal.plan_id).order_by("pk").first()
     assert run is not None
-    return queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    return run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
 
 
 def test_follow_needs_a_signed_in_post_with_csrf(proposal: Proposal, contributor: Any) -> None:

@@ -12,10 +12,11 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs import queue
+from runs import tokens
 from runs.alerts import rules, services
 from runs.alerts.models import Alert, AlertKind, AlertRule, AlertWatch
 from runs.models import Run, RunEvent, RunState
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -30,13 +31,13 @@ def _fresh_rules() -> None:
 def running(recipe: Any) -> tuple[Run, str]:
     run = Run.objects.filter(plan=launched_plan(recipe)).order_by("pk").first()
     assert run is not None
-    run = queue.run_transition(
+    run = run_writes.run_transition(
         run_id=run.pk,
         to_state=RunState.RUNNING,
         door="worker",
-        changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
     )
-    return run, queue.run_token(run=run)
+    return run, tokens.run_token(run=run)
 
 
 def send(api: APIClient, run: Run, token: str, points: list[tuple[str, int, Any]]) -> Any:
@@ -169,7 +170,7 @@ def test_a_runs_alerts_close_when_it_ends(
     run, _ = running
     services.alerts_not_finite(run=run, first_steps={"train/loss": 5})
     with django_capture_on_commit_callbacks(execute=True):
-        queue.run_transition(run_id=run.pk, to_state=RunState.FAILED, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FAILED, door="worker")
     alert = Alert.objects.get()
     assert alert.close_message == "the run ended (failed)"
 
