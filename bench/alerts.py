@@ -30,7 +30,9 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
@@ -106,7 +108,7 @@ def write_history(run_id: int, steps: int) -> float:
     return time.perf_counter() - started
 
 
-def batch_at(first_step: int, spike: float | None = None) -> object:
+def batch_at(first_step: int, spike: float | None = None) -> Any:
     from runs.metrics.parse import PointBatch
 
     keys, steps, values = [], [], []
@@ -202,7 +204,7 @@ def record(  # noqa: PLR0917
     ms: list[float],
     cpu_ms: list[float],
     all_ms: list[float],
-    alerts: list[object],
+    alerts: Sequence[object],
     load_before: str,
 ) -> None:
     now = dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -366,6 +366,7 @@ SPECTACULAR_SETTINGS = {
         "ProposalStateEnum": "proposals.models.State",
         "RunStateEnum": "runs.models.RunState",
         "FailureKindEnum": "runs.models.FailureKind",
+        "AlertKindEnum": "runs.alerts.models.AlertKind",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -70,7 +70,7 @@ def label_or_none(name: Any) -> str | None:
     return name if Label.objects.filter(name=name).exists() else None
 
 
-class _SiteFeed(Feed):  # type: ignore[type-arg]
+class _SiteFeed(Feed):
     feed_type = Atom1Feed
     kind = ""
     page = "proposals:list"

@@ -22,7 +22,7 @@ def proposal_follow(request: HttpRequest, pk: int, follow: bool) -> HttpResponse
     except Proposal.DoesNotExist as exc:
         raise Http404("No such proposal.") from exc
     if follow:
-        where = request.user.email or "your account's address (none is set yet)"
+        where = getattr(request.user, "email", "") or "your account's address (none is set yet)"
         messages.success(request, f"You follow this proposal: its changes are mailed to {where}.")
     else:
         messages.success(request, "You no longer follow this proposal.")

@@ -35,8 +35,8 @@ class Change:
     message: str
 
 
-def _fmt(value: float) -> str:
-    return f"{value:.6g}"
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"
 
 
 def _new_points(state: dict[str, Any], steps: list[int], values: list[float]) -> int:

@@ -135,12 +135,13 @@ class _Watch:
 def _watches_locked(run_id: int, keys: set[str]) -> dict[tuple[str, str], _Watch]:
     """The run's watches of these keys and its NaN watches, locked, in one plain query (the
     ORM's would cost more CPU than the rest of an evaluation)."""
+    params: list[int | str]
     if not keys:
-        where, params = "kind = %s", [run_id, AlertKind.NAN]
+        where, params = "kind = %s", [run_id, str(AlertKind.NAN)]
     else:
         marks = ", ".join(["%s"] * len(keys))
         where = f"(key IN ({marks}) OR kind = %s)"
-        params = [run_id, *sorted(keys), AlertKind.NAN]
+        params = [run_id, *sorted(keys), str(AlertKind.NAN)]
     lock = " ORDER BY id FOR UPDATE" if connection.vendor == "postgresql" else ""
     with connection.cursor() as cursor:
         cursor.execute(
