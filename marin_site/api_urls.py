@@ -28,6 +28,7 @@ from runs.api import (
     RunTrackerImportView,
     RunViewSet,
 )
+from runs.campaigns.api import CampaignViewSet
 
 router = DefaultRouter()
 router.register("proposals", ProposalViewSet, basename="proposal")
@@ -38,6 +39,7 @@ router.register("runs", RunViewSet, basename="run")
 router.register("pools", PoolViewSet, basename="pool")
 router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
 router.register("alerts", AlertViewSet, basename="alert")
+router.register("campaigns", CampaignViewSet, basename="campaign")
 
 urlpatterns = [
     path("search/", ProposalSearchView.as_view(), name="proposal-search"),

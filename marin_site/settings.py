@@ -210,6 +210,10 @@ PAGE_CACHE_VIEWS = frozenset(
         "proposals:search",
         "proposal-list",
         "proposal-detail",
+        # A campaign's page: its shell may lag a write by PAGE_CACHE_SECONDS at most (metric
+        # points bump no generation); the figures that move are polled from the chart data.
+        "campaigns:list",
+        "campaigns:detail",
     }
 )
 

@@ -18,6 +18,7 @@ urlpatterns = [
     path("runs/<int:pk>/claim/", run_views.run_claim, name="run-claim"),
     path("runs/<int:pk>/give-back/", run_views.run_give_back, name="run-give-back"),
     path("pools/", include("runs.pools.urls")),
+    path("campaigns/", include("runs.campaigns.urls")),
     path("", include(agent_file_urlpatterns)),  # the agent program and the run client
     path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
     path("healthz", views.healthz, name="healthz"),

@@ -205,3 +205,6 @@ class LeaseAdmin(admin.ModelAdmin):
 
 
 from runs.alerts import admin as alerts_admin  # noqa: E402, F401  (registers alerts' admin)
+
+# Campaigns' admin lives in runs/campaigns/admin.py; imported here so the admin finds it.
+from runs.campaigns import admin as campaign_admin  # noqa: E402, F401

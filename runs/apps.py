@@ -9,3 +9,4 @@ class RunsConfig(AppConfig):
     def ready(self) -> None:
         # Importing these registers the permission rules and connects every receiver.
         from runs import permissions, receivers  # noqa: F401
+        from runs.campaigns import permissions as campaign_permissions  # noqa: F401

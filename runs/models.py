@@ -512,4 +512,8 @@ class RecipeEvent(TimelineEvent):
 # Pools, agents and leases live in runs/pools/, alerts in runs/alerts/; imported here so
 # Django registers them.
 from runs.alerts.models import Alert, AlertRule, AlertWatch  # noqa: E402, F401
+
+# Pools, agents and leases live in runs/pools/; imported here so Django registers them.
+# Campaigns live in runs/campaigns/; imported here so Django registers them.
+from runs.campaigns.models import Campaign, CampaignRun, Intervention  # noqa: E402, F401
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401

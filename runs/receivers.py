@@ -14,7 +14,18 @@ from django.dispatch import receiver
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
 from runs.alerts.models import Alert, AlertRule
 from runs.alerts.receivers import alert_rules_forget, alerts_close_with_run
-from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Recipe, RecipeEvent, Run, RunEvent
+from runs.models import (
+    TERMINAL_RUN_STATES,
+    Campaign,
+    CampaignRun,
+    Intervention,
+    Plan,
+    PlanLaunch,
+    Recipe,
+    RecipeEvent,
+    Run,
+    RunEvent,
+)
 from runs.series.rollup import series_refresh_now
 from runs.signals import run_state_changed
 
@@ -26,6 +37,9 @@ from runs.signals import run_state_changed
 @receiver(PAGE_SIGNALS, sender=Run, dispatch_uid="pagecache:runs.Run")
 @receiver(PAGE_SIGNALS, sender=RunEvent, dispatch_uid="pagecache:runs.RunEvent")  # timelines
 @receiver(PAGE_SIGNALS, sender=Alert, dispatch_uid="pagecache:runs.Alert")  # proposal pages
+@receiver(PAGE_SIGNALS, sender=Campaign, dispatch_uid="pagecache:runs.Campaign")  # home page
+@receiver(PAGE_SIGNALS, sender=CampaignRun, dispatch_uid="pagecache:runs.CampaignRun")
+@receiver(PAGE_SIGNALS, sender=Intervention, dispatch_uid="pagecache:runs.Intervention")
 def on_page_row_changed(sender: Any, **kwargs: Any) -> None:
     """A row the public pages show was written: every cached page is stale."""
     generation_bump()

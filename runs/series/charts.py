@@ -122,7 +122,7 @@ def _series_rows(
         return list(cursor.fetchall())
 
 
-def _chart_series(
+def chart_series(
     *, source_ids: Iterable[int], keys: Sequence[str] | None, points: int
 ) -> dict[tuple[int, str], dict[str, np.ndarray]]:
     """Each (source run, key)'s chart arrays, merged down to at most ``points``.
@@ -237,7 +237,7 @@ def _payload(
     points: int,
 ) -> dict[str, Any]:
     sources = {line.source for line in lines}
-    arrays = _chart_series(source_ids=sources, keys=keys, points=points)
+    arrays = chart_series(source_ids=sources, keys=keys, points=points)
     names = sorted({key for _, key in arrays}) if keys is None else list(keys)
     stale = bool(sources) and (
         MetricSummary.objects.filter(run_id__in=sources, stale_from__isnull=False).exists()

@@ -20,6 +20,7 @@ from marin_site.doors import Door
 from marin_site.roles import ROLES
 from proposals import services
 from proposals.models import Proposal
+from runs.campaigns.demo import demo_campaign_seed
 from runs.demo_recipes import DEMO_RECIPES
 from runs.models import Pool, Recipe
 from runs.pools.services import pool_create
@@ -231,6 +232,8 @@ class Command(BaseCommand):
             for item in _demo_proposals():
                 self._create(item, users, recipes)
             self.stdout.write(f"Added {Proposal.objects.count()} demo proposals.")
+        if demo_campaign_seed(actor=users["max"], recipe=recipes["marin-moe"]):
+            self.stdout.write("Added a demo campaign: /campaigns/moe-535b-demo/")
         accounts = ", ".join(f"{user} ({role})" for user, role in DEMO_USERS)
         self.stdout.write(f"Demo accounts (password '{DEMO_PASSWORD}'): {accounts}")
 
