@@ -293,6 +293,10 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.series_refresh_stale",
         "schedule": RUNS_RECONCILE_SECONDS,
     },
+    "runs-alerts-silence-check": {
+        "task": "runs.alerts_silence_check",
+        "schedule": RUNS_RECONCILE_SECONDS,
+    },
     "runs-tracker-imports-resume": {
         "task": "runs.tracker_imports_resume",
         "schedule": RUNS_RECONCILE_SECONDS,
@@ -324,6 +328,22 @@ CELERY_BEAT_SCHEDULE["github-outbox-reconcile"] = {
     "task": "proposals.github_outbox_reconcile",
     "schedule": float(os.environ.get("GITHUB_OUTBOX_RECONCILE_SECONDS", "30")),
 }
+
+CELERY_BEAT_SCHEDULE["proposals-notices-reconcile"] = {
+    "task": "proposals.notices_reconcile",
+    "schedule": float(os.environ.get("NOTICES_RECONCILE_SECONDS", "60")),
+}
+
+# Mail to followers (proposals/follows.py): printed on the console unless EMAIL_BACKEND says
+# otherwise (e.g. django.core.mail.backends.smtp.EmailBackend with EMAIL_HOST and friends).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "marin-site <noreply@localhost>")
 
 # Django REST framework and the OpenAPI schema.
 REST_FRAMEWORK = {
@@ -357,6 +377,7 @@ SPECTACULAR_SETTINGS = {
         "ProposalStateEnum": "proposals.models.State",
         "RunStateEnum": "runs.models.RunState",
         "FailureKindEnum": "runs.models.FailureKind",
+        "AlertKindEnum": "runs.alerts.models.AlertKind",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

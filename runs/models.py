@@ -524,7 +524,8 @@ class RecipeEvent(TimelineEvent):
         return f"{self.recipe_id} {self.verb}"
 
 
-# Pools, agents and leases live in runs/pools/; imported here so Django registers them.
-# Campaigns live in runs/campaigns/; imported here so Django registers them.
+# Alerts live in runs/alerts/, campaigns in runs/campaigns/, pools, agents and leases in
+# runs/pools/; imported here so Django registers them.
+from runs.alerts.models import Alert, AlertRule, AlertWatch  # noqa: E402, F401
 from runs.campaigns.models import Campaign, CampaignRun, Intervention  # noqa: E402, F401
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401

@@ -13,8 +13,10 @@
 - ``plan_owners``: kwarg ``plan_id``; each receiver returns the ids of the users who answer
   for the plan (the author of the approved proposal it came from), who may claim its queued
   runs to execute by hand (``runs.permissions.CLAIM_RUN``). Asked, not announced.
+- ``alert_changed``: kwargs ``alert_id``, ``run_id``, ``plan_id`` and ``opened`` (True when
+  the alert opened, False when it closed): an alert on a run's metrics (``runs.alerts``).
 
-The first two are sent after the transaction that caused them commits.
+The first two and ``alert_changed`` are sent after the transaction that caused them commits.
 """
 
 from __future__ import annotations
@@ -25,3 +27,4 @@ run_state_changed = Signal()
 plan_finished = Signal()
 reconcile_pass = Signal()
 plan_owners = Signal()
+alert_changed = Signal()
