@@ -195,7 +195,7 @@ class Agents:
 
 
 def register(port: int, token: str, count: int) -> list[str]:
-    conn = http.client.HTTPConnection(HOST, port, timeout=30)
+    conn = http.client.HTTPConnection(HOST, port, timeout=180)  # a loaded machine is slow
     credentials = []
     for index in range(count):
         conn.request(
@@ -221,6 +221,19 @@ def wait_for_port(port: int, timeout: float = 30) -> None:
             return
         time.sleep(0.1)
     raise RuntimeError(f"nothing answers on port {port}")
+
+
+def wait_for_answer(port: int, timeout: float = 180) -> None:
+    """Until the server answers a request (both workers, as far as the kernel lets us see)."""
+    deadline = time.monotonic() + timeout
+    answered = 0
+    while time.monotonic() < deadline and answered < 4:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection(HOST, port, timeout=60)
+            conn.request("GET", "/api/v1/pools/")
+            answered += conn.getresponse().status == 200
+            conn.close()
+        time.sleep(0.2)
 
 
 def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
@@ -332,7 +345,7 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
 
     try:
         wait_for_port(port)
-        time.sleep(2.0)  # the workers load Django
+        wait_for_answer(port)  # the workers have loaded Django
         idle_rss, idle_threads = rss_and_threads(server_pids(server.pid))
         log(f"registering {args.agents} agents")
         credentials = register(port, token, args.agents)
@@ -413,7 +426,16 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
     ]
     refused = {s: n for s, n in agents.statuses.items() if s not in (200, 204)}
 
+    revision = subprocess.run(
+        ["git", "describe", "--always", "--dirty"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
     lines = [
+        f"code {revision or '?'} ({ROOT.name}); lease batch "
+        f"{os.environ.get('RUNS_AGENT_LEASE_BATCH', 'default')}",
         f"agents {args.agents}, runs {runs.count()}, gunicorn {args.workers} gthread workers x "
         f"{args.threads} threads, database pool {args.pool_size or 'off'}, held polls of {args.wait:.0f} s, jobs of {args.job_seconds} s; "
         f"{os.cpu_count()} CPUs, load average {load_before} before, {load_after} after",
@@ -429,6 +451,10 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
         f"p50 {percentile(at_once, 50):.1f} ms, p99 {percentile(at_once, 99):.1f} ms",
         f"offered -> lease row (server side): p50 {percentile(server_side, 50):.1f} ms, "
         f"p99 {percentile(server_side, 99):.1f} ms",
+        "(offered = the run's 'offered' event, written in the dispatcher's transaction just "
+        "before it commits and NOTIFYs; a held poll's figure is that to the agent reading the "
+        "answer; 'at once' is a poll's whole request when a run was waiting; the lease row's "
+        "time is the server's, in the leasing transaction)",
         f"server RSS: {idle_rss:.0f} MB idle ({idle_threads} threads), {held_rss:.0f} MB with "
         f"{args.agents} held polls ({held_threads} threads), peak {peak[0]:.0f} MB "
         f"({peak[1]} threads)",

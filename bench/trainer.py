@@ -1,14 +1,20 @@
 #!/usr/bin/env python
-"""Time the tiny MoE trainer's smallest scale, offline, as a run would start it.
+"""Time the tiny MoE transformer's scales, offline, as a run would start them, and fit the
+ladder they make.
 
-    .venv/bin/python bench/trainer.py            # 3 rounds, every scale of the recipe
-    .venv/bin/python bench/trainer.py --rounds 5 --scales small
+    .venv/bin/python bench/trainer.py                       # 1 round of every scale
+    .venv/bin/python bench/trainer.py --rounds 3 --scales small
+    .venv/bin/python bench/trainer.py --cpu 0 --seed 1      # pinned to core 0, seed 1
 
-Each round writes the recipe's default config merged with the scale to a fresh directory and
-runs ``python -m runs.tiny_moe --config config.json`` there with no API to report to (the
-trainer then only writes ``tracker_metrics.jsonl``), timing the whole process, start-up
-included. Prints every round, the median per scale and the final eval loss; target: the
-smallest scale under 30 s on this 2-core machine.
+Each round writes the recipe's default config merged with the scale (and ``--seed``) to a
+fresh directory and runs ``python -m runs.tiny_moe --config config.json`` there with no API
+to report to (the trainer then only writes ``tracker_metrics.jsonl``), timing the whole
+process, start-up and reading the standard library included: wall-clock and the child's CPU
+time (user + system), which is what one core spends whatever else the machine is doing.
+Prints every round, the median per scale, the scale's FLOPs as the recipe's compute model
+prices them, and at the end the ladder's fit of final eval/loss against those FLOPs
+(``runs.ladder.ladder_fit``: exponent, its standard error and R²). Targets: loss falling
+with compute, R² >= 0.95, the largest scale under two minutes of one core.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,37 +33,76 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from runs.demo_recipes import TINY_MOE  # noqa: E402  (after the path is set)
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marin_site.settings")
+import django  # noqa: E402  (after the path is set)
+
+django.setup()  # runs.ladder reads the site's models; nothing here touches the database
+
+from runs.compute import run_cost  # noqa: E402
+from runs.demo_recipes import TINY_MOE  # noqa: E402
+from runs.ladder import ladder_fit  # noqa: E402
+
+
+def _child_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--scales", default=",".join(TINY_MOE["scales"]))
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--cpu", type=int, default=None, help="pin the trainer to this core")
     args = parser.parse_args()
-    print(f"machine: nproc={os.cpu_count()}, Python {sys.version.split()[0]}")
+    print(
+        f"machine: nproc={os.cpu_count()}, Python {sys.version.split()[0]}, load {os.getloadavg()}"
+    )
+    flops, losses = [], []
     for scale in args.scales.split(","):
-        config = {**TINY_MOE["default_config"], **TINY_MOE["scales"][scale]}
-        seconds: list[float] = []
+        config = {**TINY_MOE["default_config"], **TINY_MOE["scales"][scale], "seed": args.seed}
+        cost = run_cost(TINY_MOE["compute_model"], config)
+        walls: list[float] = []
+        cpus: list[float] = []
         loss = float("nan")
         for round_number in range(1, args.rounds + 1):
             with tempfile.TemporaryDirectory(prefix="bench-trainer-") as workdir:
                 Path(workdir, "config.json").write_text(json.dumps(config))
-                started = time.perf_counter()
+                command = [sys.executable, "-m", "runs.tiny_moe", "--config", "config.json"]
+                if args.cpu is not None:
+                    command = ["taskset", "-c", str(args.cpu), *command]
+                cpu_before, started = _child_cpu(), time.perf_counter()
                 subprocess.run(
-                    [sys.executable, "-m", "runs.tiny_moe", "--config", "config.json"],
+                    command,
                     cwd=workdir,
                     env={"PYTHONPATH": str(ROOT), "PATH": os.environ.get("PATH", "/usr/bin")},
                     check=True,
                     capture_output=True,
                 )
-                seconds.append(time.perf_counter() - started)
+                walls.append(time.perf_counter() - started)
+                cpus.append(_child_cpu() - cpu_before)
                 lines = Path(workdir, "tracker_metrics.jsonl").read_text().splitlines()
                 loss = json.loads(lines[-1])["summary"]["eval/loss"]
-            print(f"{scale} round {round_number}: {seconds[-1]:.1f} s, eval/loss {loss:.3f}")
-        median = statistics.median(seconds)
+            print(
+                f"{scale} round {round_number}: {walls[-1]:.1f} s wall, {cpus[-1]:.1f} s CPU, "
+                f"eval/loss {loss:.4f}",
+                flush=True,
+            )
         print(
-            f"{scale}: median {median:.1f} s over {len(seconds)} rounds (width {config['width']})"
+            f"{scale}: width {config['width']}, depth {config['depth']}, {config['steps']} steps, "
+            f"{cost.active_params:,.0f} active params, {cost.tokens:,.0f} tokens, "
+            f"{cost.flops:.3g} FLOPs; median {statistics.median(walls):.1f} s wall, "
+            f"{statistics.median(cpus):.1f} s CPU over {len(walls)} rounds; eval/loss {loss:.4f}",
+            flush=True,
+        )
+        flops.append(cost.flops)
+        losses.append(loss)
+    fit = ladder_fit(flops, losses) if len(flops) >= 2 else None
+    if fit is not None:
+        print(
+            f"fit ({fit.kind}, {fit.scales} scales): exponent {fit.exponent:.4f} "
+            f"± {fit.exponent_se or float('nan'):.4f}, R² {fit.r_squared:.4f}, "
+            f"clearly falling: {fit.clearly_falling}"
         )
     return 0
 

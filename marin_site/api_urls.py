@@ -12,6 +12,7 @@ from runs.agent_api import (
     AgentRevokeView,
     PoolViewSet,
 )
+from runs.alerts.api import AlertRuleViewSet, AlertViewSet
 from runs.api import (
     PlanPreviewView,
     PlanSeriesView,
@@ -36,6 +37,8 @@ router.register("comments", CommentViewSet, basename="comment")
 router.register("recipes", RecipeViewSet, basename="recipe")
 router.register("runs", RunViewSet, basename="run")
 router.register("pools", PoolViewSet, basename="pool")
+router.register("alert-rules", AlertRuleViewSet, basename="alert-rule")
+router.register("alerts", AlertViewSet, basename="alert")
 router.register("campaigns", CampaignViewSet, basename="campaign")
 
 urlpatterns = [

@@ -271,6 +271,9 @@ RUNS_AGENT_LOG_TAIL_BYTES = int(os.environ.get("RUNS_AGENT_LOG_TAIL_BYTES", "655
 RUNS_AGENT_GRACE_SECONDS = float(os.environ.get("RUNS_AGENT_GRACE_SECONDS", "30"))
 # Agents' requests using the database at once, per server process (held polls use none).
 RUNS_AGENT_DB_SLOTS = int(os.environ.get("RUNS_AGENT_DB_SLOTS", "8"))
+# On a wake-up, one held poll per process leases runs for the waiting polls of its pool, at
+# most this many per transaction (runs.pools.handout).
+RUNS_AGENT_LEASE_BATCH = int(os.environ.get("RUNS_AGENT_LEASE_BATCH", "32"))
 # A claimed run (executed by hand) may stay silent this long before it is crashed.
 RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = int(
     os.environ.get("RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS", "3600")
@@ -288,6 +291,10 @@ CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {"task": "runs.reconcile", "schedule": RUNS_RECONCILE_SECONDS},
     "runs-series-refresh": {
         "task": "runs.series_refresh_stale",
+        "schedule": RUNS_RECONCILE_SECONDS,
+    },
+    "runs-alerts-silence-check": {
+        "task": "runs.alerts_silence_check",
         "schedule": RUNS_RECONCILE_SECONDS,
     },
     "runs-tracker-imports-resume": {
@@ -322,6 +329,22 @@ CELERY_BEAT_SCHEDULE["github-outbox-reconcile"] = {
     "schedule": float(os.environ.get("GITHUB_OUTBOX_RECONCILE_SECONDS", "30")),
 }
 
+CELERY_BEAT_SCHEDULE["proposals-notices-reconcile"] = {
+    "task": "proposals.notices_reconcile",
+    "schedule": float(os.environ.get("NOTICES_RECONCILE_SECONDS", "60")),
+}
+
+# Mail to followers (proposals/follows.py): printed on the console unless EMAIL_BACKEND says
+# otherwise (e.g. django.core.mail.backends.smtp.EmailBackend with EMAIL_HOST and friends).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(os.environ.get("EMAIL_PORT", "25"))
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", default=False)
+EMAIL_TIMEOUT = 10
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "marin-site <noreply@localhost>")
+
 # Django REST framework and the OpenAPI schema.
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -354,6 +377,7 @@ SPECTACULAR_SETTINGS = {
         "ProposalStateEnum": "proposals.models.State",
         "RunStateEnum": "runs.models.RunState",
         "FailureKindEnum": "runs.models.FailureKind",
+        "AlertKindEnum": "runs.alerts.models.AlertKind",
     },
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",

@@ -16,6 +16,7 @@ from proposals.models import (
     GitHubRoleGrant,
     Label,
     OutboxState,
+    PendingIssue,
     Proposal,
     Review,
     WebhookDelivery,
@@ -137,3 +138,12 @@ class GitHubRoleGrantAdmin(TimelineAdmin):
 
     list_display = ["role", "login", "github_id", "checked_at"]
     list_filter = ["role"]
+
+
+@admin.register(PendingIssue)
+class PendingIssueAdmin(TimelineAdmin):
+    """Experiment issues waiting for their recipe: shown, never edited here (they are imported
+    when the recipe they name is loaded, or by the reconciler)."""
+
+    list_display = ["number", "reason", "received_at", "updated_at"]
+    search_fields = ["reason"]

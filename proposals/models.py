@@ -379,3 +379,63 @@ class PendingIssue(models.Model):
 
     def __str__(self) -> str:
         return f"pending issue #{self.number}"
+
+
+class Follow(models.Model):
+    """A signed-in user following a proposal: mailed on its state changes, results and
+    alerts (``proposals.follows``) until they unfollow or unsubscribe from a mail."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="follows"
+    )
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="follows")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["user", "proposal"], name="follow_once")]
+
+    def __str__(self) -> str:
+        return f"{self.user_id} follows {self.proposal_id}"
+
+
+class Notice(models.Model):
+    """Something followers are told, stored with the change that caused it (``key`` is
+    unique: the same cause twice is one notice) and mailed by a task after commit."""
+
+    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="notices")
+    key = models.CharField(max_length=200, unique=True)
+    subject = models.CharField(max_length=300)
+    body = models.TextField(max_length=20_000)
+    created_at = models.DateTimeField(auto_now_add=True)
+    sent_at = models.DateTimeField(null=True, blank=True, help_text="Every follower was mailed.")
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        indexes = [
+            models.Index(
+                fields=["created_at"],
+                name="notice_unsent",
+                condition=models.Q(sent_at__isnull=True),
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"notice {self.key}"
+
+
+class NoticeDelivery(models.Model):
+    """That one follower was mailed one notice: claimed before the mail is sent, so a task
+    run twice (or retried) mails nobody twice."""
+
+    notice = models.ForeignKey(Notice, on_delete=models.CASCADE, related_name="deliveries")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    sent_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["notice", "user"], name="notice_delivery_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.notice_id} to {self.user_id}"

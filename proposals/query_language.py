@@ -20,7 +20,7 @@ OR, NOT and IN are upper case, except that ``name in (...)`` is also understood)
     list     := "(" value ("," value)* ")"
     value    := word | "quoted phrase"
 
-A NAME that is not a field is a config parameter (``data_mix.web`` for a nested key) or, when
+A NAME that is not a field is a config parameter (``data_mix.docs`` for a nested key) or, when
 it contains "/", a metric key. ``parse_query`` turns text into a tree of nodes and raises
 ``QuerySyntaxError`` (with the position and what was expected) on anything it cannot read;
 ``proposals.search`` turns the tree into one filtered, ordered queryset.

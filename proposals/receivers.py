@@ -7,6 +7,7 @@ Every receiver of the app is a ``@receiver``-decorated function in a ``receivers
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from django.db import transaction
@@ -14,11 +15,13 @@ from django.db.models.signals import post_save
 from django.dispatch import receiver
 
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
+from proposals.follows import notice_add
 from proposals.github.issues import pending_issues_import
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
+from runs.alerts.models import Alert
 from runs.models import Recipe
-from runs.signals import plan_owners, plan_pages, reconcile_pass
+from runs.signals import alert_changed, plan_finished, plan_owners, plan_pages, reconcile_pass
 
 
 @receiver(PAGE_SIGNALS, sender=Proposal, dispatch_uid="pagecache:proposals.Proposal")
@@ -65,3 +68,44 @@ def on_recipe_saved(sender: Any, instance: Recipe, **kwargs: Any) -> None:
 def on_reconcile_pass_pending_issues(sender: Any, **kwargs: Any) -> dict[str, int]:
     """Each pass of the reconciler also imports kept issues whose recipe now exists."""
     return pending_issues_import()
+
+
+@receiver(plan_finished, dispatch_uid="proposals.follows.plan_finished")
+def on_plan_finished_notify(
+    sender: Any, *, plan_id: int, summary: dict[str, Any], **kwargs: Any
+) -> None:
+    """Followers hear that the results are in, once per distinct result."""
+    with transaction.atomic():
+        proposal = Proposal.objects.filter(plan_id=plan_id).first()
+        if proposal is None:
+            return
+        table = str((summary or {}).get("markdown") or "").strip()
+        digest = hashlib.sha256(table.encode()).hexdigest()[:16]
+        notice_add(
+            proposal=proposal,
+            key=f"results:{plan_id}:{digest}",
+            subject="results are in",
+            body=f"Every run of the plan has finished.\n\n{table}".strip(),
+        )
+
+
+@receiver(alert_changed, dispatch_uid="proposals.follows.alert_changed")
+def on_alert_changed_notify(
+    sender: Any, *, alert_id: int, plan_id: int | None, opened: bool, **kwargs: Any
+) -> None:
+    """Followers hear of an alert on a run of the proposal's plan: when it opens and closes."""
+    if plan_id is None:
+        return
+    with transaction.atomic():
+        proposal = Proposal.objects.filter(plan_id=plan_id).first()
+        alert = Alert.objects.filter(pk=alert_id).first()
+        if proposal is None or alert is None:
+            return
+        way = "opened" if opened else "closed"
+        text = alert.message if opened else alert.close_message
+        notice_add(
+            proposal=proposal,
+            key=f"alert:{alert_id}:{way}",
+            subject=f"alert {way} on run {alert.run_id} ({alert.kind})",
+            body=f"Alert {way} on run {alert.run_id} ({alert.get_kind_display()}): {text}",
+        )

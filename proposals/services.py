@@ -6,6 +6,7 @@ permission checks and the timeline are the same whichever way a change arrives.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable
 from typing import Any
 
@@ -19,6 +20,7 @@ from marin_site.errors import DomainError
 from marin_site.roles import permission_require
 from proposals import permissions as perms
 from proposals.actions import TRANSITIONS, action_require
+from proposals.follows import notice_add
 from proposals.github.outbox.enqueue import (
     outbox_outcome_comment,
     outbox_proposal_changed,
@@ -322,7 +324,7 @@ def proposal_transition(
     proposal.state = transition.target
     proposal.state_reason = reason
     proposal.save(update_fields=update_fields)
-    event_record(
+    event = event_record(
         proposal=proposal,
         actor=actor,
         verb=transition.verb,
@@ -333,6 +335,13 @@ def proposal_transition(
         actor_label=actor_label,
     )
     outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
+    notice_add(
+        proposal=proposal,
+        key=f"state:{proposal.pk}:{event.pk}",
+        subject=f"{transition.verb} ({proposal.get_state_display()})",
+        body=f"The proposal is now {proposal.get_state_display().lower()} "
+        f"({source} -> {transition.target})." + (f"\n\n{reason}" if reason else ""),
+    )
     return proposal
 
 
@@ -489,6 +498,15 @@ def proposal_record_outcome(
     )
     outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     outbox_outcome_comment(proposal=proposal)
+    verdict = f"{outcome}|{confidence}|{conclusion}"
+    notice_add(
+        proposal=proposal,
+        key=f"outcome:{proposal.pk}:{hashlib.sha256(verdict.encode()).hexdigest()[:16]}",
+        subject=f"outcome recorded: {proposal.get_outcome_display()}",
+        body=f"Outcome: {proposal.get_outcome_display()}"
+        + (f" ({proposal.get_confidence_display()})" if confidence else "")
+        + (f"\n\n{conclusion.strip()}" if conclusion.strip() else ""),
+    )
     return proposal
 
 

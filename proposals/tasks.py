@@ -8,6 +8,9 @@ does) registers all three.
 
 from __future__ import annotations
 
+import smtplib
+from typing import Any
+
 from celery import shared_task
 
 from proposals.github.accounts import github_roles_sync
@@ -28,3 +31,28 @@ def github_outbox_reconcile() -> int:
     if deliveries_left_behind():
         github_deliveries_drain.apply_async()
     return len(due)
+
+
+@shared_task(
+    name="proposals.notice_send",
+    bind=True,
+    time_limit=120,
+    soft_time_limit=100,
+    max_retries=5,
+    default_retry_delay=30,
+)
+def notice_send_task(self: Any, *, notice_id: int) -> int:
+    """Mail a notice to the proposal's followers; safe to run twice (``follows``)."""
+    from proposals.follows import notice_send
+
+    try:
+        return notice_send(notice_id=notice_id)
+    except (OSError, smtplib.SMTPException) as exc:  # the mail server: transient
+        raise self.retry(exc=exc) from exc
+
+
+@shared_task(name="proposals.notices_reconcile", time_limit=240, soft_time_limit=200)
+def notices_reconcile_task() -> int:
+    from proposals.follows import notices_reconcile
+
+    return notices_reconcile()

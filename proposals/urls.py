@@ -1,6 +1,7 @@
 from django.urls import path
 
-from proposals import views
+from proposals import follow_views, views
+from proposals.feeds import FEEDS
 
 app_name = "proposals"
 
@@ -18,7 +19,22 @@ urlpatterns = [
     path("proposals/<int:pk>/review/", views.review_submit, name="review"),
     path("proposals/<int:pk>/comment/", views.comment_create, name="comment"),
     path("proposals/<int:pk>/outcome/", views.outcome_record, name="outcome"),
+    path(
+        "proposals/<int:pk>/follow/", follow_views.proposal_follow, {"follow": True}, name="follow"
+    ),
+    path(
+        "proposals/<int:pk>/unfollow/",
+        follow_views.proposal_follow,
+        {"follow": False},
+        name="unfollow",
+    ),
+    path("unsubscribe/<str:token>/", follow_views.unsubscribe, name="unsubscribe"),
     path("search/", views.search_page, name="search"),
     path("archive/", views.archive_page, name="archive"),
     path("export/proposals.<str:fmt>", views.export_download, name="export"),
+    *(path(f"feeds/{kind}/", feed(), name=f"feed-{kind}") for kind, feed in FEEDS.items()),
+    *(
+        path(f"feeds/labels/<str:label>/{kind}/", feed(), name=f"label-feed-{kind}")
+        for kind, feed in FEEDS.items()
+    ),
 ]

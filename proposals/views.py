@@ -19,15 +19,17 @@ from django.views.decorators.http import require_POST
 from marin_site.doors import Door
 from marin_site.errors import DomainError
 from proposals import export as proposal_export
+from proposals import follows, query_language, selectors, services
 from proposals import permissions as perms
-from proposals import query_language, selectors, services
 from proposals import search as proposal_search
 from proposals.actions import ACTIONS, BUTTON_ACTIONS, TRANSITIONS, allowed_actions
+from proposals.feeds import label_or_none
 from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
 from proposals.markdown import render_markdown
 from proposals.models import Proposal, State
 from runs import selectors as run_selectors
+from runs.alerts import selectors as alert_selectors
 from runs.services.plans import plan_build
 
 
@@ -60,7 +62,13 @@ def proposal_list(request: HttpRequest) -> HttpResponse:
     return render(
         request,
         "proposals/list.html",
-        {"filter": filterset.form, "page": page, "query": query.urlencode(), "State": State},
+        {
+            "filter": filterset.form,
+            "page": page,
+            "query": query.urlencode(),
+            "State": State,
+            "feed_label": label_or_none(request.GET.get("label")),
+        },
     )
 
 
@@ -112,6 +120,10 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 "conclusion": proposal.conclusion,
             }
         ),
+        "following": follows.is_following(user=user, proposal_id=proposal.pk),
+        "open_alerts": list(alert_selectors.plan_open_alerts(plan_id=proposal.plan_id))
+        if proposal.plan_id is not None
+        else [],
         **_plan_context(proposal),
     }
     response = render(request, "proposals/detail.html", context)

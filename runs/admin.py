@@ -204,5 +204,7 @@ class LeaseAdmin(admin.ModelAdmin):
     raw_id_fields = ["run", "agent"]
 
 
+from runs.alerts import admin as alerts_admin  # noqa: E402, F401  (registers alerts' admin)
+
 # Campaigns' admin lives in runs/campaigns/admin.py; imported here so the admin finds it.
 from runs.campaigns import admin as campaign_admin  # noqa: E402, F401

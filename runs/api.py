@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
+from django.core.exceptions import ValidationError as DjangoValidationError
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, PolymorphicProxySerializer, extend_schema
@@ -35,6 +36,7 @@ from runs import (
     tracker_uploads,
 )
 from runs import permissions as run_perms
+from runs.alerts.services import alerts_not_finite, not_finite_steps
 from runs.api_shapes import (
     ChartDataSerializer,
     RunLogsSerializer,
@@ -285,7 +287,14 @@ class RunMetricsView(RunnerView):
             )
         # The raw body, not request.data: orjson and one checking loop are several times
         # faster than DRF's parser for 1000 points (bench/ingest.py).
-        batch = metrics_parse.points_parse_body(body=request.body)
+        try:
+            batch = metrics_parse.points_parse_body(body=request.body)
+        except DjangoValidationError:
+            # Refused whole (NaN is not JSON and is never stored), but a diverging run is
+            # exactly what alerts are for: its non-finite values open NaN alerts first.
+            if first_steps := not_finite_steps(request.body):
+                alerts_not_finite(run=run, first_steps=first_steps, door=Door.RUNNER)
+            raise
         stored = ingest.metrics_ingest(run=run, batch=batch)
         return Response({"stored": stored})
 

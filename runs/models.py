@@ -67,6 +67,14 @@ class Recipe(models.Model):
             "column, summary, warmup_steps, logged_as}; see runs.metric_declarations."
         ),
     )
+    requires_labels = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "Labels a pool must have to run it (its own, or all of one agent's), e.g. "
+            "gpu:a5000; empty: any pool."
+        ),
+    )
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
@@ -170,6 +178,13 @@ class PlanLaunch(models.Model):
     )
     time_limit_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="The recipe's time limit as it was at launch."
+    )
+    requires_labels = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "The labels the recipe required at launch: only agents having them lease its runs."
+        ),
     )
     git_ref = models.CharField(
         max_length=255,
@@ -519,7 +534,8 @@ class RecipeEvent(TimelineEvent):
         return f"{self.recipe_id} {self.verb}"
 
 
-# Pools, agents and leases live in runs/pools/; imported here so Django registers them.
-# Campaigns live in runs/campaigns/; imported here so Django registers them.
+# Alerts live in runs/alerts/, campaigns in runs/campaigns/, pools, agents and leases in
+# runs/pools/; imported here so Django registers them.
+from runs.alerts.models import Alert, AlertRule, AlertWatch  # noqa: E402, F401
 from runs.campaigns.models import Campaign, CampaignRun, Intervention  # noqa: E402, F401
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401

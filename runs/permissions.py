@@ -20,6 +20,7 @@ RERUN_RUN = "runs.rerun_run"
 RETRY_RUN = "runs.retry_run"
 IMPORT_METRICS = "runs.import_metrics_run"
 MANAGE_RECIPES = "runs.manage_recipe"
+MANAGE_ALERT_RULES = "runs.manage_alert_rules"  # runs/alerts/
 
 
 @rules.predicate
@@ -37,6 +38,7 @@ rules.add_perm(RERUN_RUN, is_maintainer)
 rules.add_perm(RETRY_RUN, is_maintainer)
 rules.add_perm(IMPORT_METRICS, is_maintainer)
 rules.add_perm(MANAGE_RECIPES, is_maintainer)
+rules.add_perm(MANAGE_ALERT_RULES, is_maintainer)
 
 # The admin asks Django's permission names (marin_site/admin.py): maintainers open it for the
 # recipes they manage (added and edited with the recipe services' validation, recorded in the
@@ -45,6 +47,8 @@ rules.add_perm(MANAGE_RECIPES, is_maintainer)
 rules.add_perm("runs", is_maintainer)
 rules.add_perm("runs.add_recipe", is_maintainer)
 rules.add_perm("runs.change_recipe", is_maintainer)
+for _action in ("add", "change", "delete"):  # alert rules: maintainers edit them in the admin
+    rules.add_perm(f"runs.{_action}_alertrule", is_maintainer)
 for _model in (
     "recipe",
     "recipeevent",
@@ -55,6 +59,8 @@ for _model in (
     "runevent",
     "metricsummary",
     "metricseries",
+    "alertrule",
+    "alert",
 ):
     rules.add_perm(f"runs.view_{_model}", is_maintainer)
 

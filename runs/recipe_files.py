@@ -41,6 +41,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "scales": (dict,),
     "executor": (str,),
     "metrics": (list,),
+    "requires_labels": (list,),
     "is_active": (bool,),
 }
 TYPE_NAMES = {

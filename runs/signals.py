@@ -15,8 +15,10 @@
   runs to execute by hand (``runs.permissions.CLAIM_RUN``). Asked, not announced.
 - ``plan_pages``: kwarg ``plan_id``; each receiver returns ``(label, url)`` of the page that
   shows the plan (its proposal's page) or None. A run's page links back to it. Asked.
+- ``alert_changed``: kwargs ``alert_id``, ``run_id``, ``plan_id`` and ``opened`` (True when
+  the alert opened, False when it closed): an alert on a run's metrics (``runs.alerts``).
 
-The first two are sent after the transaction that caused them commits.
+The first two and ``alert_changed`` are sent after the transaction that caused them commits.
 """
 
 from __future__ import annotations
@@ -28,3 +30,4 @@ plan_finished = Signal()
 reconcile_pass = Signal()
 plan_owners = Signal()
 plan_pages = Signal()
+alert_changed = Signal()

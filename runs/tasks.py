@@ -7,6 +7,10 @@ from typing import Any
 from celery import shared_task
 
 from runs import results, tracker_uploads
+from runs.alerts.tasks import (  # noqa: F401  (registered with the others)
+    alerts_close_ended_task,
+    alerts_silence_check_task,
+)
 from runs.series import rollup
 from runs.services import dispatch, reconcile
 

@@ -1,14 +1,20 @@
-"""A tiny mixture-of-experts language model that really trains, on a CPU, with numpy.
+"""A tiny mixture-of-experts transformer that really trains, on one CPU core, with numpy.
 
 The ``tiny-moe`` recipe's entrypoint: ``python -m runs.tiny_moe --config config.json``.
-Byte-level next-token prediction on a corpus generated here from several sources (prose-like
-``web``, ``code`` and ``math`` text) mixed by ``data_mix``. Each layer is a token-choice MoE
-feed-forward block (router, top-k, capacity limit: tokens over an expert's capacity are
-dropped and pass through the residual) trained with AdamW. Reports ``train/loss``,
-``eval/loss``, ``throughput/tokens_per_second``, ``throughput/mfu`` (model FLOP/s over the
-stated ``peak_flops``) and ``moe/drop_fraction`` through ``runs.client``, and writes
-``tracker_metrics.jsonl`` (``config`` and ``summary``, as Levanter does). Exit code 2 means
-the config was refused.
+Byte-level next-token prediction with a small decoder-only transformer (causal multi-head
+attention, learned positions, pre-norm blocks whose feed-forward layers are token-choice
+mixtures of experts: router top-k, capacity limit, load-balancing loss; ``runs.tiny.model``)
+on the Python standard library's own source, cut into two sources mixed by ``data_mix``:
+``code`` and ``docs`` (its docstrings and comments; ``runs.tiny.data``). Trained with AdamW
+(linear warm-up, cosine decay, gradient clipping); the backward pass is written by hand.
+
+Reports ``train/loss``, ``eval/loss`` (held-out files, the same windows of each source
+whatever the mix, averaged over the sources; ``eval/code/loss`` and ``eval/docs/loss`` each),
+``throughput/tokens_per_second``, ``throughput/mfu`` (model FLOP/s, attention included, over
+the stated ``peak_flops``), ``moe/drop_fraction`` and ``moe/load_balance_loss`` through
+``runs.client``, prints its progress, and writes ``tracker_metrics.jsonl`` (``config`` and
+``summary``, as Levanter does). Same config and seed, same losses. Exit code 2 means the
+config was refused.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,6 +35,8 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 import numpy as np
 
 from runs.client import RunClient
+from runs.tiny.data import SOURCES, CorpusError, eval_batches, load_corpus, sample_batch
+from runs.tiny.model import TinyTransformer, flops_per_token, param_count
 
 # The recipe's defaults (runs/recipes/tiny-moe.yaml; a test keeps the two equal), written out
 # so the trainer needs numpy only, plus the trainer's own knobs.
@@ -37,6 +46,7 @@ DEFAULTS: dict[str, Any] = {
     "num_experts": 4,
     "top_k": 1,
     "capacity_factor": 1.0,
+    "load_balance_coef": 0.01,
     "width": 64,
     "depth": 2,
     "steps": 200,
@@ -44,262 +54,179 @@ DEFAULTS: dict[str, Any] = {
     "seq_len": 64,
     "vocab_size": 256,
     "seed": 0,
-    "data_mix": {"web": 0.6, "code": 0.3, "math": 0.1},
+    "data_mix": {"code": 0.7, "docs": 0.3},
+    "head_dim": 16,
+    "warmup_fraction": 0.1,
+    "min_lr_fraction": 0.1,
+    "grad_clip": 1.0,
     "eval_every": 25,
+    "eval_rows": 32,
+    "log_every": 10,
     "peak_flops": 1.0e11,
 }
-
-WORDS = [
-    "the",
-    "model",
-    "data",
-    "train",
-    "loss",
-    "open",
-    "expert",
-    "router",
-    "token",
-    "mixture",
-    "scale",
-    "run",
-    "result",
-    "public",
-    "experiment",
-    "hypothesis",
-    "baseline",
-    "budget",
-    "review",
-    "learning",
-    "rate",
-    "weight",
-    "decay",
-    "capacity",
-]
-CODE_LINES = (
-    "def f(x):\n    return x + 1\n",
-    "for i in range(10):\n    total += i\n",
-    "if loss < best:\n    best = loss\n",
-    "import numpy as np\n",
-    "class Expert:\n    pass\n",
+MAX_SEQ_LEN = 1024
+POSITIVE_INTEGERS = (
+    "width",
+    "depth",
+    "steps",
+    "batch_size",
+    "seq_len",
+    "num_experts",
+    "top_k",
+    "head_dim",
+    "eval_every",
+    "eval_rows",
+    "log_every",
 )
 
 
-def make_corpus(seed: int, size: int = 60_000) -> dict[str, np.ndarray]:
-    """Three sources with different statistics, deterministic in ``seed``."""
-    rng = np.random.default_rng(seed)
-    web = " ".join(rng.choice(WORDS, size // 5)) + ". "
-    code = "".join(rng.choice(CODE_LINES, size // 25))
-    math_text = "".join(
-        f"{a}+{b}={a + b}; {a}*{b}={a * b}\n"
-        for a, b in rng.integers(0, 100, size=(size // 16, 2)).tolist()
-    )
-    return {
-        name: np.frombuffer(text.encode()[:size], dtype=np.uint8).astype(np.int64)
-        for name, text in {"web": web, "code": code, "math": math_text}.items()
-    }
-
-
-def sample_batch(
-    corpus: dict[str, np.ndarray], mix: dict[str, float], batch: int, seq: int, rng: Any
-) -> np.ndarray:
-    names = [n for n, w in mix.items() if w > 0]
-    weights = np.array([mix[n] for n in names], dtype=float)
-    sources = rng.choice(len(names), size=batch, p=weights / weights.sum())
-    rows = []
-    for source in sources:
-        text = corpus[names[source]]
-        start = rng.integers(0, len(text) - seq - 1)
-        rows.append(text[start : start + seq + 1])
-    return np.stack(rows)
-
-
-class TinyMoE:
-    def __init__(self, cfg: dict[str, Any], rng: Any) -> None:
-        d, v, e = cfg["width"], cfg["vocab_size"], cfg["num_experts"]
-        self.cfg = cfg
-        scale = 1.0 / math.sqrt(d)
-        self.params: dict[str, np.ndarray] = {
-            "embed": rng.normal(0, 0.5, (v, d)),
-            "prev": rng.normal(0, 0.5, (v, d)),
-            "out": rng.normal(0, scale, (d, v)),
-        }
-        for layer in range(cfg["depth"]):
-            self.params[f"router{layer}"] = rng.normal(0, scale, (d, e))
-            self.params[f"w1_{layer}"] = rng.normal(0, scale, (e, d, 4 * d))
-            self.params[f"w2_{layer}"] = rng.normal(0, 0.5 / math.sqrt(4 * d), (e, 4 * d, d))
-
-    def loss_and_grads(
-        self, tokens: np.ndarray, *, grads: bool = True
-    ) -> tuple[float, dict[str, np.ndarray], float]:
-        """Cross-entropy of predicting each next byte; returns loss, grads, drop fraction."""
-        p, cfg = self.params, self.cfg
-        x, prev, y = tokens[:, 1:-1], tokens[:, :-2], tokens[:, 2:]
-        x, prev, y = x.reshape(-1), prev.reshape(-1), y.reshape(-1)
-        n = x.shape[0]
-        h = p["embed"][x] + p["prev"][prev]
-        caches = []
-        dropped = assigned = 0
-        for layer in range(cfg["depth"]):
-            out, cache, layer_dropped = self._moe_forward(layer, h)
-            caches.append(cache)
-            dropped += layer_dropped
-            assigned += n * cfg["top_k"]
-            h = out
-        logits = h @ p["out"]
-        logits -= logits.max(axis=1, keepdims=True)
-        probs = np.exp(logits)
-        probs /= probs.sum(axis=1, keepdims=True)
-        loss = float(-np.log(probs[np.arange(n), y] + 1e-12).mean())
-        drop_fraction = dropped / max(assigned, 1)
-        if not grads:
-            return loss, {}, drop_fraction
-        g: dict[str, np.ndarray] = {}
-        dlogits = probs
-        dlogits[np.arange(n), y] -= 1
-        dlogits /= n
-        g["out"] = h.T @ dlogits
-        dh = dlogits @ p["out"].T
-        for layer in reversed(range(cfg["depth"])):
-            dh = self._moe_backward(layer, dh, caches[layer], g)
-        g["embed"] = np.zeros_like(p["embed"])
-        g["prev"] = np.zeros_like(p["prev"])
-        np.add.at(g["embed"], x, dh)
-        np.add.at(g["prev"], prev, dh)
-        return loss, g, drop_fraction
-
-    def _moe_forward(self, layer: int, h: np.ndarray) -> tuple[np.ndarray, dict[str, Any], int]:
-        p, cfg = self.params, self.cfg
-        n, e, k = h.shape[0], cfg["num_experts"], cfg["top_k"]
-        logits = h @ p[f"router{layer}"]
-        logits -= logits.max(axis=1, keepdims=True)
-        gate_probs = np.exp(logits)
-        gate_probs /= gate_probs.sum(axis=1, keepdims=True)
-        chosen = np.argsort(-gate_probs, axis=1)[:, :k]
-        capacity = max(1, math.ceil(cfg["capacity_factor"] * n * k / e))
-        out = h.copy()
-        experts = []
-        dropped = 0
-        for expert in range(e):
-            rows, slots = np.nonzero(chosen == expert)
-            order = np.argsort(rows, kind="stable")
-            rows, slots = rows[order], slots[order]
-            dropped += max(0, len(rows) - capacity)
-            rows, slots = rows[:capacity], slots[:capacity]
-            gate = gate_probs[rows, expert]
-            pre = h[rows] @ p[f"w1_{layer}"][expert]
-            act = np.maximum(pre, 0)
-            y = act @ p[f"w2_{layer}"][expert]
-            out[rows] += gate[:, None] * y
-            experts.append((rows, gate, pre, act, y))
-        return out, {"h": h, "probs": gate_probs, "experts": experts}, dropped
-
-    def _moe_backward(
-        self, layer: int, dout: np.ndarray, cache: dict[str, Any], g: dict[str, np.ndarray]
-    ) -> np.ndarray:
-        p = self.params
-        h, probs = cache["h"], cache["probs"]
-        dh = dout.copy()
-        dprobs = np.zeros_like(probs)
-        w1, w2 = p[f"w1_{layer}"], p[f"w2_{layer}"]
-        dw1, dw2 = np.zeros_like(w1), np.zeros_like(w2)
-        for expert, (rows, gate, pre, act, y) in enumerate(cache["experts"]):
-            if len(rows) == 0:
-                continue
-            dy_rows = dout[rows]
-            dprobs[rows, expert] += (dy_rows * y).sum(axis=1)
-            dy = dy_rows * gate[:, None]
-            dw2[expert] = act.T @ dy
-            dpre = (dy @ w2[expert].T) * (pre > 0)
-            dw1[expert] = h[rows].T @ dpre
-            dh[rows] += dpre @ w1[expert].T
-        dlogits = probs * (dprobs - (dprobs * probs).sum(axis=1, keepdims=True))
-        g[f"router{layer}"] = h.T @ dlogits
-        g[f"w1_{layer}"], g[f"w2_{layer}"] = dw1, dw2
-        return dh + dlogits @ p[f"router{layer}"].T
-
-
-def active_params(cfg: dict[str, Any]) -> float:
-    d = cfg["width"]
-    return (
-        cfg["depth"] * (cfg["num_experts"] * d + cfg["top_k"] * 8 * d * d)
-        + 3 * cfg["vocab_size"] * d
-    )
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def validate(cfg: dict[str, Any]) -> list[str]:
+    """What is wrong with a resolved config (an empty list when it can be trained)."""
     problems = []
-    for key in ("width", "depth", "steps", "batch_size", "seq_len", "num_experts", "top_k"):
-        if not isinstance(cfg.get(key), int) or cfg[key] < 1:
+    for key in POSITIVE_INTEGERS:
+        value = cfg.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.append(f"{key} must be a positive integer")
-    if not problems and cfg["top_k"] > cfg["num_experts"]:
-        problems.append("top_k cannot exceed num_experts")
+    if not problems:
+        if cfg["top_k"] > cfg["num_experts"]:
+            problems.append("top_k cannot exceed num_experts")
+        if cfg["seq_len"] > MAX_SEQ_LEN:
+            problems.append(f"seq_len must be at most {MAX_SEQ_LEN}")
+        if cfg["width"] % cfg["head_dim"]:
+            problems.append(f"width must be a multiple of head_dim ({cfg['head_dim']})")
+    if cfg.get("vocab_size") != 256:
+        problems.append("vocab_size must be 256 (the tokens are bytes)")
+    if not isinstance(cfg.get("seed"), int) or isinstance(cfg.get("seed"), bool):
+        problems.append("seed must be an integer")
     mix = cfg.get("data_mix")
-    if not isinstance(mix, dict) or not mix or any(n not in ("web", "code", "math") for n in mix):
-        problems.append("data_mix must weigh some of: web, code, math")
-    elif sum(float(w) for w in mix.values()) <= 0:
+    if not isinstance(mix, dict) or not mix or any(name not in SOURCES for name in mix):
+        problems.append(f"data_mix must weigh some of: {', '.join(SOURCES)}")
+    elif not all(_number(w) and w >= 0 for w in mix.values()):
+        problems.append("data_mix weights must be numbers of at least 0")
+    elif sum(mix.values()) <= 0:
         problems.append("data_mix weights must not all be zero")
-    if not float(cfg.get("learning_rate", 0)) > 0:
-        problems.append("learning_rate must be positive")
+    for key in ("learning_rate", "capacity_factor", "peak_flops"):
+        if not _number(cfg.get(key)) or cfg[key] <= 0:
+            problems.append(f"{key} must be a positive number")
+    for key in ("weight_decay", "load_balance_coef", "grad_clip"):
+        if not _number(cfg.get(key)) or cfg[key] < 0:
+            problems.append(f"{key} must be a number of at least 0")
+    for key in ("warmup_fraction", "min_lr_fraction"):
+        if not _number(cfg.get(key)) or not 0 <= cfg[key] <= 1:
+            problems.append(f"{key} must be a number from 0 to 1")
     return problems
 
 
+def learning_rate(cfg: dict[str, Any], step: int) -> float:
+    """Linear warm-up over ``warmup_fraction`` of the steps, then cosine decay to
+    ``min_lr_fraction`` of the peak at the last step (``step`` counts from 1)."""
+    peak, steps = cfg["learning_rate"], cfg["steps"]
+    warmup = max(1, round(cfg["warmup_fraction"] * steps))
+    if step <= warmup:
+        return peak * step / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    floor = cfg["min_lr_fraction"]
+    return peak * (floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def evaluate(model: TinyTransformer, batches: dict[str, np.ndarray]) -> dict[str, float]:
+    losses = {f"eval/{s}/loss": model.loss_and_grads(b, grads=False)[0] for s, b in batches.items()}
+    losses["eval/loss"] = float(np.mean(list(losses.values())))
+    return losses
+
+
+def _say(text: str, stream: Any = None) -> None:
+    """A progress line on the run's log (the executor captures stdout and stderr)."""
+    stream = stream or sys.stdout
+    stream.write(text + "\n")
+    stream.flush()
+
+
 def train(cfg: dict[str, Any], client: RunClient | None, out_dir: Path) -> dict[str, float]:
-    rng = np.random.default_rng(cfg["seed"])
-    corpus = make_corpus(cfg["seed"])
-    eval_rng = np.random.default_rng(10_000 + cfg["seed"])
-    eval_batch = sample_batch(corpus, cfg["data_mix"], 32, cfg["seq_len"], eval_rng)
-    model = TinyMoE(cfg, rng)
-    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in model.params.items()}
-    lr, wd, beta1, beta2 = cfg["learning_rate"], cfg["weight_decay"], 0.9, 0.95
-    tokens_per_step = cfg["batch_size"] * (cfg["seq_len"] - 1)
-    flops_per_step = 6 * active_params(cfg) * tokens_per_step
-    summary: dict[str, float] = {}
+    """Train ``cfg`` (validated) and return the last value of every metric, plus run_seconds."""
     started = time.perf_counter()
+    corpus = load_corpus()
+    rng = np.random.default_rng(cfg["seed"])
+    held_out = eval_batches(corpus, cfg["eval_rows"], cfg["seq_len"])
+    model = TinyTransformer(cfg, rng)
+    params = model.params
+    moments = {k: (np.zeros_like(v), np.zeros_like(v)) for k, v in params.items()}
+    decayed = {k for k, v in params.items() if v.ndim >= 2}  # not the norms' gains
+    beta1, beta2 = 0.9, 0.95
+    tokens_per_step = cfg["batch_size"] * cfg["seq_len"]
+    flops_per_step = flops_per_token(cfg) * tokens_per_step
+    _say(
+        f"tiny-moe: {len(corpus.files)} standard-library files, "
+        + ", ".join(f"{s} {len(corpus.train[s]):,}/{len(corpus.eval[s]):,}" for s in SOURCES)
+        + " bytes train/eval; "
+        f"{param_count(cfg, active=True):,} active of {param_count(cfg, active=False):,} "
+        f"parameters; {cfg['steps']} steps of {tokens_per_step} tokens"
+    )
+    summary: dict[str, float] = {}
     for step in range(1, cfg["steps"] + 1):
         tick = time.perf_counter()
-        batch = sample_batch(corpus, cfg["data_mix"], cfg["batch_size"], cfg["seq_len"], rng)
-        loss, grads, drop = model.loss_and_grads(batch)
+        batch, _ = sample_batch(
+            corpus.train, cfg["data_mix"], cfg["batch_size"], cfg["seq_len"], rng
+        )
+        loss, grads, stats = model.loss_and_grads(batch)
         if not math.isfinite(loss):
             raise FloatingPointError(f"train/loss became {loss} at step {step}")
-        for name, grad in grads.items():
+        norm = math.sqrt(sum(float((g.astype(np.float64) ** 2).sum()) for g in grads.values()))
+        clip = min(1.0, cfg["grad_clip"] / (norm + 1e-12)) if cfg["grad_clip"] > 0 else 1.0
+        lr = learning_rate(cfg, step)
+        for name, raw in grads.items():
             m, v = moments[name]
+            grad = raw * clip
             m *= beta1
             m += (1 - beta1) * grad
             v *= beta2
             v += (1 - beta2) * grad * grad
-            m_hat = m / (1 - beta1**step)
-            v_hat = v / (1 - beta2**step)
-            model.params[name] *= 1 - lr * wd
-            model.params[name] -= lr * m_hat / (np.sqrt(v_hat) + 1e-8)
+            if name in decayed:
+                params[name] *= 1 - lr * cfg["weight_decay"]
+            params[name] -= (lr / (1 - beta1**step)) * m / (np.sqrt(v / (1 - beta2**step)) + 1e-8)
         seconds = max(time.perf_counter() - tick, 1e-9)
         metrics = {
             "train/loss": loss,
             "throughput/tokens_per_second": tokens_per_step / seconds,
             "throughput/mfu": flops_per_step / seconds / cfg["peak_flops"],
-            "moe/drop_fraction": drop,
+            "moe/drop_fraction": stats.drop_fraction,
+            "moe/load_balance_loss": stats.balance_loss / cfg["depth"],
         }
         if step % cfg["eval_every"] == 0 or step == cfg["steps"]:
-            metrics["eval/loss"] = model.loss_and_grads(eval_batch, grads=False)[0]
+            metrics.update(evaluate(model, held_out))
         summary.update(metrics)
         if client is not None:
             client.log_many(metrics, step)
+        if step % cfg["log_every"] == 0 or step == cfg["steps"] or "eval/loss" in metrics:
+            _say(
+                f"step {step}/{cfg['steps']} train/loss {loss:.4f}"
+                + (f" eval/loss {metrics['eval/loss']:.4f}" if "eval/loss" in metrics else "")
+                + f" drop {stats.drop_fraction:.3f} lr {lr:.2e}"
+                f" {metrics['throughput/tokens_per_second']:,.0f} tokens/s"
+            )
     summary["run_seconds"] = time.perf_counter() - started
     return summary
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Train the tiny MoE on a CPU.")
+    parser = argparse.ArgumentParser(description="Train the tiny MoE transformer on a CPU.")
     parser.add_argument("--config", type=Path, required=True)
     parser.add_argument("--output", type=Path, default=Path())
     args = parser.parse_args(argv)
     try:
         given = json.loads(args.config.read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError) as exc:
+        _say(f"tiny-moe: cannot read the config: {exc}", sys.stderr)
         return 2
-    cfg = {**DEFAULTS, **given}
     client = RunClient.from_env(spill_path=args.output / "unsent_metrics.jsonl")
-    problems = validate(cfg)
+    cfg = {**DEFAULTS, **given} if isinstance(given, dict) else {}
+    problems = validate(cfg) if cfg else ["the config must be a JSON object"]
     if problems:
+        _say(f"tiny-moe: refused: {'; '.join(problems)}", sys.stderr)
         if client is not None:
             client.finish("failed", failure_kind="config", message="; ".join(problems))
         return 2
@@ -307,6 +234,11 @@ def main(argv: list[str] | None = None) -> int:
         client.start()
     try:
         summary = train(cfg, client, args.output)
+    except CorpusError as exc:  # this machine's standard library, not the run's code
+        _say(f"tiny-moe: {exc}", sys.stderr)
+        if client is not None:
+            client.finish("failed", failure_kind="infra", message=str(exc))
+        return 1
     except Exception as exc:
         if client is not None:
             client.finish("failed", failure_kind="code", message=f"{type(exc).__name__}: {exc}")

@@ -21,6 +21,7 @@ from marin_site.doors import Door
 from marin_site.errors import DomainError
 from runs import charts_png, claims, run_table, selectors, tracker_import, tracker_uploads
 from runs import permissions as run_perms
+from runs.alerts import selectors as alert_selectors
 from runs.executors import EXECUTORS, ExecutorError, get_executor
 from runs.models import Plan, Recipe, Run
 from runs.pools.models import Pool
@@ -170,6 +171,7 @@ def _run_page(
                 (k, v) for k, v in (run.final_metrics or {}).items() if k not in declarations
             ),
             "events": run.events.select_related("actor"),
+            "alerts": list(alert_selectors.run_alerts(run_id=run.pk)[:20]),
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
             "tracker_config_json": json.dumps(run.tracker_config, indent=2, sort_keys=True)
             if run.tracker_config

@@ -17,6 +17,7 @@ refresh recomputes both from the points.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -31,9 +32,12 @@ from psycopg.types.numeric import Int8
 from marin_site.db import server_binding_cursor
 from marin_site.errors import DomainError
 from runs import metric_declarations, pg_arrays
+from runs.alerts.services import alerts_evaluate
 from runs.metrics.parse import MAX_ERRORS, PointBatch
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 from runs.series.rollup import series_refresh_soon
+
+logger = logging.getLogger(__name__)
 
 
 class NotRunning(DomainError):
@@ -95,6 +99,11 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
         changed = ingest_portable(run_id=run.pk, batch=batch)
     if changed:
         series_refresh_soon(run_id=run.pk)
+        if run.state == RunState.RUNNING:  # alerts watch live runs, not imported history
+            try:
+                alerts_evaluate(run=run, batch=batch)
+            except Exception:  # the points are stored; an alert's fault never refuses them
+                logger.exception("evaluating the alerts of run %s failed", run.pk)
     return len(batch)
 
 

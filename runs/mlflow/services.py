@@ -33,6 +33,7 @@ from marin_site.doors import Door
 from marin_site.errors import DomainError
 from marin_site.roles import is_maintainer
 from runs import tokens, tracker_reports
+from runs.alerts.services import alerts_not_finite
 from runs.executors.external import PREFIX as EXTERNAL_PREFIX
 from runs.metrics import ingest
 from runs.metrics import parse as metrics_parse
@@ -358,6 +359,7 @@ def log_batch(
                 raise invalid(exc.message) from exc
         if not_finite:
             _note_not_finite(locked, not_finite, caller)
+            alerts_not_finite(run=locked, first_steps=not_finite, door=DOOR)
     _heartbeat(run.pk)
 
 

@@ -15,18 +15,19 @@ from __future__ import annotations
 import shlex
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from marin_site.errors import ActionForbidden, DomainError
 from runs.models import FailureKind, Run, RunState
-from runs.pools import wakeup
+from runs.pools import handout, wakeup
 from runs.pools.models import Agent, Lease, LeaseEnd, Pool
 
 REPORT_OUTCOMES = ("exited", "preempted", "canceled", "time_limit", "start_failed")
@@ -165,55 +166,142 @@ def leases_expire_stale(*, pool: Pool | None = None) -> int:
     return sum(lease_expire(lease_id=pk) for pk in list(stale.values_list("pk", flat=True)[:500]))
 
 
-def lease_acquire(*, agent: Agent) -> Lease | None:
-    """Lease the oldest run offered to the agent's pool, or None when there is none."""
+def _offered_to(pool: Pool) -> Any:
+    runs = Run.objects.filter(
+        executor=pool.executor,
+        state=RunState.QUEUED,
+        dispatched_at__isnull=False,
+        cancel_requested_at__isnull=True,
+    )
+    if pool.recipes:
+        runs = runs.filter(recipe_name__in=pool.recipes)
+    return runs
+
+
+def _launches(pool: Pool) -> dict[int, tuple[str, list[str]]]:
+    """The pool's live launches: plan id -> (command template, labels its runs require)."""
+    from runs.models import PlanLaunch
+
+    launches = PlanLaunch.objects.filter(
+        executor=pool.executor, canceled_at__isnull=True, finished_at__isnull=True
+    ).values_list("plan_id", "command_template", "requires_labels")
+    return {plan_id: (template, labels or []) for plan_id, template, labels in launches}
+
+
+def _by_plans_barred(
+    *, pool: Pool, agents: list[Agent], launches: dict[int, tuple[str, list[str]]]
+) -> dict[frozenset[int], list[Agent]]:
+    """The agents grouped by the plans whose runs they may not lease: plans launched with
+    ``requires_labels`` that neither the pool's labels nor the agent's own include. Most
+    pools make one group, barred from nothing."""
+    needs = {plan_id: set(labels) for plan_id, (_, labels) in launches.items() if labels}
+    groups: dict[frozenset[int], list[Agent]] = {}
+    for agent in agents:
+        have = set(pool.labels or []) | set(agent.labels or [])
+        barred = frozenset(plan_id for plan_id, need in needs.items() if not need <= have)
+        groups.setdefault(barred, []).append(agent)
+    return groups
+
+
+def _leases_create(*, pairs: list[tuple[Agent, Run]]) -> list[Lease]:
+    """The lease rows of (agent, run) pairs: one INSERT, or, when an agent holds an open
+    lease already (two polls of one agent at once: its partial unique index refuses), one
+    INSERT per pair in a savepoint of its own, leaving out the agents that hold one."""
+    now = timezone.now()
+    expires = now + timedelta(seconds=_lease_seconds())
+
+    def row(agent: Agent, run: Run) -> Lease:
+        return Lease(run=run, agent=agent, attempt=run.attempt, renewed_at=now, expires_at=expires)
+
+    try:
+        with transaction.atomic():
+            return Lease.objects.bulk_create([row(agent, run) for agent, run in pairs])
+    except IntegrityError:
+        created = []
+        for agent, run in pairs:
+            try:
+                with transaction.atomic():
+                    lease = row(agent, run)
+                    lease.save(force_insert=True)
+                    created.append(lease)
+            except IntegrityError:
+                continue  # the other poll of this agent won
+        return created
+
+
+def leases_grant(
+    *,
+    pool: Pool,
+    agents: list[Agent],
+    on_commit: Callable[[dict[int, Lease]], None] | None = None,
+) -> dict[int, Lease]:
+    """Lease the oldest runs offered to ``pool``, one to each of ``agents`` (agents of the
+    pool, in the order given), in one transaction of a few statements however many agents:
+    the pool's launches, ``SELECT ... FOR UPDATE SKIP LOCKED`` (leaders of other processes
+    get other runs without waiting; one per group of agents with other labels), one INSERT
+    of the lease rows, and the runs' move to running by ``runs_transition`` (the rules of
+    ``run_transition``, each with its timeline event). Answers {agent id: lease}; agents
+    left without a run are not in it. ``on_commit`` is called with the same answer once the
+    leases are committed, before the transitions' own after-commit work (their signals), so
+    a waiting poll gets its lease without waiting for that."""
     from marin_site.doors import Door
     from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command
-    from runs.services.runs import run_transition
+    from runs.services.runs import Move, runs_transition
     from runs.tokens import run_token
     from runs.tokens import token_hash as run_token_hash
 
-    pool = agent.pool
-    try:
-        with transaction.atomic():
-            candidates = Run.objects.select_for_update(skip_locked=True).filter(
-                executor=pool.executor,
-                state=RunState.QUEUED,
-                dispatched_at__isnull=False,
-                cancel_requested_at__isnull=True,
+    if not agents:
+        return {}
+    by_id = {agent.pk: agent for agent in agents}
+    with transaction.atomic():
+        launches = _launches(pool)
+        pairs: list[tuple[Agent, Run]] = []
+        taken: list[int] = []  # SKIP LOCKED skips other transactions' locks, not this one's
+        for barred, group in _by_plans_barred(pool=pool, agents=agents, launches=launches).items():
+            runs = list(
+                _offered_to(pool)
+                .exclude(plan_id__in=barred)
+                .exclude(pk__in=taken)
+                .select_for_update(skip_locked=True)
+                .order_by("dispatched_at", "pk")[: len(group)]
             )
-            if pool.recipes:
-                candidates = candidates.filter(recipe_name__in=pool.recipes)
-            run = candidates.order_by("dispatched_at", "pk").first()
-            if run is None:
-                return None
-            now = timezone.now()
-            lease = Lease.objects.create(
-                run=run,
-                agent=agent,
-                attempt=run.attempt,
-                renewed_at=now,
-                expires_at=now + timedelta(seconds=_lease_seconds()),
+            pairs += zip(group, runs, strict=False)
+            taken += [run.pk for run in runs]
+        if not pairs:
+            return {}
+        granted: dict[int, Lease] = {}
+        if on_commit is not None:
+            transaction.on_commit(lambda: on_commit(granted))
+        created = _leases_create(pairs=pairs)
+        moves = []
+        for lease in created:
+            agent, run = by_id[lease.agent_id], lease.run
+            template = launches[run.plan_id][0] if run.plan_id in launches else None
+            argv = run_command(run=run, python=PYTHON_PLACEHOLDER, template=template)
+            moves.append(
+                Move(
+                    run.pk,
+                    message=f"leased by {agent.label} of pool {pool.name} (lease {lease.pk})",
+                    actor_label=agent.label,
+                    changes={
+                        "external_id": lease.external_id,
+                        "command": shlex.join(argv),
+                        "token_hash": run_token_hash(run_token(run=run)),
+                        "output_path": "",
+                        "secret_env_names": [],
+                    },
+                )
             )
-            argv = run_command(run=run, python=PYTHON_PLACEHOLDER)
-            lease.run = run_transition(
-                run_id=run.pk,
-                to_state=RunState.RUNNING,
-                door=Door.AGENT,
-                actor_label=agent.label,
-                message=f"leased by {agent.label} of pool {pool.name} (lease {lease.pk})",
-                changes={
-                    "external_id": lease.external_id,
-                    "command": shlex.join(argv),
-                    "token_hash": run_token_hash(run_token(run=run)),
-                    "output_path": "",
-                    "secret_env_names": [],
-                },
-            )
-    except IntegrityError:
-        # One open lease per agent: two polls of one agent at once; the other one won.
-        return None
-    return lease
+        moved = runs_transition(moves=moves, to_state=RunState.RUNNING, door=Door.AGENT)
+        for lease, run in zip(created, moved, strict=True):
+            lease.agent, lease.run = by_id[lease.agent_id], run
+            granted[lease.agent_id] = lease
+    return granted
+
+
+def lease_acquire(*, agent: Agent) -> Lease | None:
+    """Lease the oldest run offered to the agent's pool, or None when there is none."""
+    return leases_grant(pool=agent.pool, agents=[agent]).get(agent.pk)
 
 
 def lease_abandon_held(*, agent: Agent) -> int:
@@ -229,29 +317,59 @@ def lease_abandon_held(*, agent: Agent) -> int:
     return len(held)
 
 
+_swept: dict[str, float] = {}  # pool -> when this process last expired its stale leases
+
+
+def _expire_stale_if_due(pool: Pool) -> None:
+    """Expire the pool's stale leases, at most once per re-check interval in this process:
+    a dead agent's run is back in the queue within seconds of its lease's end, and a poll
+    does not pay for the look every time (the reconciler looks too)."""
+    now = time.monotonic()
+    if now - _swept.get(pool.name, -1e9) < float(settings.RUNS_AGENT_RECHECK_SECONDS):
+        return
+    _swept[pool.name] = now
+    leases_expire_stale(pool=pool)
+
+
 def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
     """The long poll: lease a run now, or wait up to ``wait_seconds`` (capped by
-    RUNS_AGENT_POLL_SECONDS) for one to be offered. While it waits the request holds no
-    database connection; it looks again when woken and every RUNS_AGENT_RECHECK_SECONDS."""
+    RUNS_AGENT_POLL_SECONDS) for one to be offered. The first look is for this poll alone;
+    then it waits, holding no database connection, at its pool's desk in this process
+    (``runs.pools.handout``): a wake-up wakes one waiting poll, which leases runs for the
+    waiting polls in batches and hands them out; a poll that hears nothing leads a look for
+    the desk at its re-check (every RUNS_AGENT_RECHECK_SECONDS, once per process)."""
     pool = agent.pool.name
     hold = max(0.0, min(float(wait_seconds), float(settings.RUNS_AGENT_POLL_SECONDS)))
     deadline = time.monotonic() + hold
+    recheck = float(settings.RUNS_AGENT_RECHECK_SECONDS)
     lease_abandon_held(agent=agent)
-    while True:
-        since = wakeup.generation(pool)
-        leases_expire_stale(pool=agent.pool)
-        lease = lease_acquire(agent=agent)
-        remaining = deadline - time.monotonic()
-        if lease is not None or remaining <= 0:
-            return lease
-        if not connection.in_atomic_block:
-            connection.close()  # 200 waiting agents must not hold 200 database connections
-        with wakeup.slot_given_up():
-            wakeup.wait_for_work(
-                pool,
-                since=since,
-                timeout=min(remaining, float(settings.RUNS_AGENT_RECHECK_SECONDS)),
-            )
+    _expire_stale_if_due(agent.pool)
+    wakeup.generation(pool)  # listening before the first look: a later offer wakes the desk
+
+    def grant(agents: list[Agent], deliver: Callable[[dict[int, Lease]], None]) -> Any:
+        return leases_grant(pool=agent.pool, agents=agents, on_commit=deliver)
+
+    waiter = handout.join(pool, agent)
+    try:
+        missed = handout.look_alone(pool, waiter, grant)
+        first = True
+        while waiter.lease is None:
+            if (missed or not first) and handout.take_lead(
+                pool, waiter, recheck=recheck, asked=missed
+            ):
+                handout.lead(pool, waiter, grant)
+            first = missed = False
+            remaining = deadline - time.monotonic()
+            if waiter.lease is not None or remaining <= 0:
+                break
+            wakeup.slot_release()  # 200 waiting agents hold no database connection
+            waiter.event.wait(min(remaining, recheck))
+            # A slot again, even to answer a lease handed over: the rest of the request
+            # (middleware) may use the database, and the process's connections are few.
+            wakeup.slot_take()
+    finally:
+        lease: Lease | None = handout.leave(pool, waiter)  # a lease handed out is never dropped
+    return lease
 
 
 def lease_offer(*, lease: Lease) -> dict[str, Any]:

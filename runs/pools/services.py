@@ -72,6 +72,36 @@ def _clean_labels(value: Any, field: str = "labels") -> list[str]:
     return list(dict.fromkeys(value))
 
 
+def labels_clean(value: Any, field: str) -> list[str]:
+    """A list of labels (e.g. a recipe's ``requires_labels``), checked; 400 naming ``field``."""
+    return _clean_labels(value, field)
+
+
+def labels_lacking(*, pool: Pool, required: list[str]) -> list[str]:
+    """Which of the ``required`` labels ``pool`` lacks: none when the pool has them all, or
+    one of its agents (not revoked) has them all with the pool's; else those the pool lacks."""
+    have = set(pool.labels or [])
+    missing = [label for label in required if label not in have]
+    if not missing:
+        return []
+    for labels in pool.agents.filter(revoked_at__isnull=True).values_list("labels", flat=True):
+        if set(missing) <= set(labels or []):
+            return []
+    return missing
+
+
+def labels_problem(*, pool: Pool, required: list[str], recipe_name: str) -> str:
+    """Why ``pool`` cannot run a recipe requiring ``required`` labels, or ""."""
+    missing = labels_lacking(pool=pool, required=required)
+    if not missing:
+        return ""
+    return (
+        f"pool '{pool.name}' lacks the label{'s' if len(missing) > 1 else ''} "
+        f"{', '.join(missing)} that recipe '{recipe_name[:63]}' requires (requires_labels); "
+        "neither the pool nor any of its agents has them"
+    )
+
+
 # --- pools and registration tokens -------------------------------------------------------
 
 

@@ -1,16 +1,18 @@
 """How a waiting long-poll learns that a run became available to its pool.
 
-The database is the truth: a waiting poll looks for work in the database when it starts,
-whenever it is woken, and at least every ``RUNS_AGENT_RECHECK_SECONDS`` in any case, so a
-lost wake-up costs a few seconds, never a run.
+The database is the truth: a poll looks for work in the database when it starts, a waiting
+poll's process looks whenever it is woken, and at least every ``RUNS_AGENT_RECHECK_SECONDS``
+in any case, so a lost wake-up costs a few seconds, never a run.
 
 On PostgreSQL the wake-up is ``NOTIFY runs_pool_work, '<pool>'`` issued in the transaction
 that offers a run (PostgreSQL delivers it at commit, never for a rolled-back offer). Each
 server process keeps one listening connection in a daemon thread, started on first use (so
 after gunicorn forks), and wakes the requests of that process that wait on the pool. A
 waiting request holds no database connection of its own: 200 held polls cost 200 threads
-and one connection per process. On SQLite (one machine, one process in practice) the
-offering process wakes its own waiters after commit; others find the work on their re-check.
+and one connection per process. A wake-up wakes one held poll per process, which leases
+runs for the others (``runs.pools.handout``), not all of them at once. On SQLite (one
+machine, one process in practice) the offering process wakes its own waiters after commit;
+others find the work on their re-check.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import connection, connections, transaction
+
+from runs.pools import handout
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +49,7 @@ class _Board:
         with self.condition:
             self.generations[pool] = self.generations.get(pool, 0) + 1
             self.condition.notify_all()
+        handout.poke(pool)  # one held poll of this process leads the hand-out
 
     def wait(self, pool: str, since: int, timeout: float) -> bool:
         """Wait until ``pool``'s counter passes ``since`` or ``timeout`` runs out."""
@@ -89,6 +94,7 @@ def _bump_all() -> None:
         for pool in list(board.generations):
             board.generations[pool] += 1
         board.condition.notify_all()
+    handout.poke_all()
 
 
 def ensure_listening() -> None:
@@ -137,36 +143,47 @@ def database_slot() -> Iterator[None]:
     """Hold one of this process's RUNS_AGENT_DB_SLOTS for an agent's request, and close its
     database connection after: however many agents wait in held polls (one thread each),
     at most that many of them use the database at once, so 200 agents never open 200
-    connections. ``lease_wait`` gives the slot up while it waits."""
+    connections. ``lease_wait`` gives the slot up while it waits (``slot_release``) and
+    takes one again after (``slot_take``)."""
     slots = _semaphore()
     slots.acquire()
     _holding.slot = True
     try:
         yield
     finally:
-        _holding.slot = False
-        slots.release()
+        if _holding.slot:
+            slots.release()
+        _holding.slot = None
         if not connection.in_atomic_block:
             connection.close()
 
 
-@contextlib.contextmanager
-def slot_given_up() -> Iterator[None]:
-    """Inside ``database_slot``: let another request have the slot (and close this one's
-    connection) while this one waits; take a slot again before it goes on."""
-    if not getattr(_holding, "slot", False):
-        yield
-        return
+def slot_release() -> None:
+    """Inside ``database_slot``: let another request have this one's slot, closing its
+    connection (outside one: close the connection, if no transaction is open)."""
     if not connection.in_atomic_block:
         connection.close()
-    slots = _semaphore()
-    _holding.slot = False
-    slots.release()
+    if getattr(_holding, "slot", None):
+        _holding.slot = False
+        _semaphore().release()
+
+
+def slot_take() -> None:
+    """Inside ``database_slot``, after ``slot_release``: take a slot again before using the
+    database (outside one: nothing to take)."""
+    if getattr(_holding, "slot", None) is False:
+        _semaphore().acquire()
+        _holding.slot = True
+
+
+@contextlib.contextmanager
+def slot_given_up() -> Iterator[None]:
+    """Inside ``database_slot``: give the slot up for the block, take one again after."""
+    slot_release()
     try:
         yield
     finally:
-        slots.acquire()
-        _holding.slot = True
+        slot_take()
 
 
 def work_offered(pool: str) -> None:

@@ -285,8 +285,13 @@ def run_workdir(*, run: Run) -> Path:
 PYTHON_PLACEHOLDER = "{python}"  # in an agent's argv: the agent fills in its own Python
 
 
-def run_command(*, run: Run, python: str = sys.executable) -> list[str]:
-    template = PlanLaunch.objects.get(plan_id=run.plan_id).command_template
+def run_command(
+    *, run: Run, python: str = sys.executable, template: str | None = None
+) -> list[str]:
+    """The run's argv, from its launch's command template (``template``: that template,
+    read already)."""
+    if template is None:
+        template = PlanLaunch.objects.get(plan_id=run.plan_id).command_template
     try:
         command = template.format(python=python, config_path="config.json", run_id=run.pk)
         argv = shlex.split(command)

@@ -24,7 +24,7 @@ from runs.models import (
 from runs.nudges import nudge
 from runs.plans import Plan as PlanPreview
 from runs.plans import PlanError, RecipeSpec, build_plan
-from runs.services.recipes import executor_problem
+from runs.services.recipes import executor_problem, launch_labels_problem
 
 
 def plan_build(
@@ -119,6 +119,8 @@ def plan_launch(
         target = executor or recipe.executor or settings.RUNS_DEFAULT_EXECUTOR
         if executor and (problem := executor_problem(executor=executor, recipe_name=recipe.name)):
             raise ValidationError({"executor": [problem]})
+        if recipe.requires_labels and (problem := launch_labels_problem(recipe, target)):
+            raise ValidationError({"executor": [problem]})
         launch, created = PlanLaunch.objects.get_or_create(
             plan_id=plan_id,
             defaults={
@@ -127,6 +129,7 @@ def plan_launch(
                 "executor": target,
                 "max_concurrent_runs": max_concurrent_runs,
                 "time_limit_seconds": recipe.time_limit_seconds,
+                "requires_labels": list(recipe.requires_labels or []),
                 "git_ref": git_ref.strip()[:255],
             },
         )

@@ -19,6 +19,7 @@ from runs.metric_declarations import declarations_forget, declarations_validate
 from runs.models import Recipe, RecipeEvent
 from runs.plans import slug_ok, version_ok
 from runs.pools.models import Pool
+from runs.pools.services import labels_clean, labels_problem
 
 RECIPE_FIELDS = (
     "name",
@@ -33,6 +34,7 @@ RECIPE_FIELDS = (
     "executor",
     "metrics",
     "time_limit_seconds",
+    "requires_labels",
     "is_active",
 )
 
@@ -74,8 +76,11 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
     metric_errors = declarations_validate(data.get("metrics") or [])
     if metric_errors:
         errors["metrics"] = metric_errors
+    requires_labels = _requires_labels(data, errors)
     if problem := executor_problem(
-        executor=data.get("executor") or "", recipe_name=data.get("name")
+        executor=data.get("executor") or "",
+        recipe_name=data.get("name"),
+        requires_labels=requires_labels,
     ):
         errors["executor"] = [problem]
     time_limit = data.get("time_limit_seconds")
@@ -103,6 +108,15 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
         except FormulaError as exc:
             where = f" at scale '{scale}'" if scale else ""
             raise ValidationError({"compute_model": [f"{exc}{where}"]}) from exc
+
+
+def _requires_labels(data: dict[str, Any], errors: dict[str, list[str]]) -> list[str]:
+    """The recipe's ``requires_labels``, checked (a problem goes to ``errors``)."""
+    try:
+        return labels_clean(data.get("requires_labels"), "requires_labels")
+    except ValidationError as exc:
+        errors.update(exc.message_dict)
+        return []
 
 
 def recipe_event_record(
@@ -188,9 +202,20 @@ def recipe_load(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> 
     return recipe_update(recipe=recipe, data=wanted), "updated"
 
 
-def executor_problem(*, executor: str, recipe_name: Any = None) -> str:
-    """Why runs cannot be sent to ``executor`` (for ``recipe_name``), or "" when they can."""
-    if not executor or executor in EXECUTORS:
+def executor_problem(
+    *, executor: str, recipe_name: Any = None, requires_labels: list[str] | None = None
+) -> str:
+    """Why runs cannot be sent to ``executor`` (for ``recipe_name``, whose runs need a pool
+    with ``requires_labels``), or "" when they can. Only pools have labels: a recipe that
+    requires some runs on a pool."""
+    if not executor:
+        return ""
+    if executor in EXECUTORS:
+        if requires_labels:
+            return (
+                f"only a pool has labels: runs requiring {', '.join(requires_labels)} "
+                f"(requires_labels) cannot go to '{executor}'"
+            )
         return ""
     name = pool_name(executor)
     if not name:
@@ -202,4 +227,21 @@ def executor_problem(*, executor: str, recipe_name: Any = None) -> str:
         return f"pool '{name}' is retired"
     if isinstance(recipe_name, str) and not pool.may_run(recipe_name):
         return f"pool '{name}' may not run recipe '{recipe_name}'"
+    if requires_labels:
+        return labels_problem(pool=pool, required=requires_labels, recipe_name=str(recipe_name))
     return ""
+
+
+def launch_labels_problem(recipe: Recipe, executor: str) -> str:
+    """Why a plan of ``recipe`` (which requires pool labels) cannot be launched on
+    ``executor``, or "": only a pool with those labels (or with an agent having them) can."""
+    name = pool_name(executor)
+    if not name:
+        return (
+            f"recipe '{recipe.name}' requires pool labels ({', '.join(recipe.requires_labels)}: "
+            f"requires_labels), so its runs go to a pool having them, not to '{executor[:60]}'"
+        )
+    pool = Pool.objects.filter(name=name).first()
+    if pool is None:
+        return f"there is no pool named '{name}'"
+    return labels_problem(pool=pool, required=recipe.requires_labels, recipe_name=recipe.name)

@@ -7,10 +7,11 @@ twice, or after a lost message, and leaves the same rows behind.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Max
 from django.utils import timezone
 
@@ -37,6 +38,29 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
+def _run_event(
+    *,
+    run: Run,
+    verb: str,
+    door: str,
+    actor: Actor = None,
+    actor_label: str = "",
+    from_state: str = "",
+    to_state: str = "",
+    message: str = "",
+) -> RunEvent:
+    return RunEvent(
+        run=run,
+        actor=actor if isinstance(actor, User) else None,
+        actor_label=actor_label,
+        verb=verb,
+        door=door,
+        from_state=from_state,
+        to_state=to_state,
+        message=message[:10_000],
+    )
+
+
 def run_event_record(
     *,
     run: Run,
@@ -48,16 +72,98 @@ def run_event_record(
     to_state: str = "",
     message: str = "",
 ) -> RunEvent:
-    return RunEvent.objects.create(
+    event = _run_event(
         run=run,
-        actor=actor if isinstance(actor, User) else None,
-        actor_label=actor_label,
         verb=verb,
         door=door,
+        actor=actor,
+        actor_label=actor_label,
         from_state=from_state,
         to_state=to_state,
-        message=message[:10_000],
+        message=message,
     )
+    event.save(force_insert=True)
+    return event
+
+
+@dataclass(frozen=True)
+class Move:
+    """One run's part in a transition: its message, who moved it, and its own changes."""
+
+    run_id: int
+    message: str = ""
+    actor_label: str = ""
+    changes: dict[str, Any] | None = None
+
+
+def _transition_check(run: Run, to_state: str) -> bool:
+    """Whether ``run`` moves to ``to_state`` (False: it is there already); refuses (naming
+    the allowed source states) a move the state machine does not have."""
+    allowed = RUN_TRANSITIONS[to_state]
+    if run.state == to_state:
+        return False
+    if run.state not in allowed:
+        raise TransitionNotAllowed(
+            action=f"move a run to {to_state}", current=run.state, allowed=allowed
+        )
+    return True
+
+
+def _transition_apply(
+    run: Run, *, to_state: str, failure_kind: str, move: Move, door: str, actor: Actor
+) -> tuple[set[str], RunEvent]:
+    """Change ``run`` in memory for its move to ``to_state``: the fields to save, and its
+    timeline event (unsaved)."""
+    now = timezone.now()
+    source = run.state
+    update_fields = {"state", "state_reason", "failure_kind", "updated_at"}
+    run.state = to_state
+    run.state_reason = move.message
+    run.failure_kind = failure_kind
+    run.updated_at = now
+    if to_state == RunState.RUNNING:
+        run.started_at = run.started_at or now
+        run.heartbeat_at = now
+        update_fields |= {"started_at", "heartbeat_at"}
+    elif to_state == RunState.QUEUED:
+        # The next attempt: the last one's token opens nothing any more (its late reports
+        # are refused with 409), and the run waits to be dispatched (or offered) again.
+        run.attempt += 1
+        run.external_id = ""
+        run.dispatched_at = None
+        run.heartbeat_at = None
+        run.token_hash = ""
+        update_fields |= {"attempt", "external_id", "dispatched_at", "heartbeat_at", "token_hash"}
+    elif to_state in TERMINAL_RUN_STATES:
+        run.finished_at = now
+        update_fields.add("finished_at")
+    for field, value in (move.changes or {}).items():
+        setattr(run, field, value)
+        update_fields.add(field)
+    event = _run_event(
+        run=run,
+        verb=to_state,
+        door=door,
+        actor=actor,
+        actor_label=move.actor_label,
+        from_state=source,
+        to_state=to_state,
+        message=move.message if not failure_kind else f"[{failure_kind}] {move.message}".strip(),
+    )
+    return update_fields, event
+
+
+def _transition_after(*, run_id: int, plan_id: int, source: str, to_state: str) -> None:
+    """What follows a transition's commit: the signal, and the nudges it calls for."""
+    transaction.on_commit(
+        lambda: run_state_changed.send(
+            sender=Run, run_id=run_id, plan_id=plan_id, from_state=source, to_state=to_state
+        )
+    )
+    if to_state in TERMINAL_RUN_STATES:
+        nudge("plan_check_finished_task", plan_id=plan_id)
+    if source == RunState.RUNNING:
+        nudge("dispatch_task")  # a slot is free: start the next queued run now, not at beat
 
 
 @transaction.atomic
@@ -75,65 +181,100 @@ def run_transition(
     """The one way a run changes state: lock, check, change, record.
 
     Does nothing when the run is already in ``to_state``; refuses (naming the allowed source
-    states) a move the state machine does not have. Terminal states never change.
+    states) a move the state machine does not have. Terminal states never change. For many
+    runs at once, ``runs_transition`` applies the same rules in a few statements.
     """
-    allowed = RUN_TRANSITIONS.get(to_state)
-    if allowed is None:
+    if to_state not in RUN_TRANSITIONS:
         raise DomainError(f"Unknown run state '{to_state}'.")
     run = Run.objects.select_for_update().get(pk=run_id)
-    if run.state == to_state:
+    if not _transition_check(run, to_state):
         return run
-    if run.state not in allowed:
-        raise TransitionNotAllowed(
-            action=f"move a run to {to_state}", current=run.state, allowed=allowed
-        )
-    now = timezone.now()
     source = run.state
-    update_fields = {"state", "state_reason", "failure_kind", "updated_at"}
-    run.state = to_state
-    run.state_reason = message
-    run.failure_kind = failure_kind
-    if to_state == RunState.RUNNING:
-        run.started_at = run.started_at or now
-        run.heartbeat_at = now
-        update_fields |= {"started_at", "heartbeat_at"}
-    elif to_state == RunState.QUEUED:
-        # The next attempt: the last one's token opens nothing any more (its late reports
-        # are refused with 409), and the run waits to be dispatched (or offered) again.
-        run.attempt += 1
-        run.external_id = ""
-        run.dispatched_at = None
-        run.heartbeat_at = None
-        run.token_hash = ""
-        update_fields |= {"attempt", "external_id", "dispatched_at", "heartbeat_at", "token_hash"}
-    elif to_state in TERMINAL_RUN_STATES:
-        run.finished_at = now
-        update_fields.add("finished_at")
-    for field, value in (changes or {}).items():
-        setattr(run, field, value)
-        update_fields.add(field)
+    move = Move(run_id, message=message, actor_label=actor_label, changes=changes)
+    update_fields, event = _transition_apply(
+        run, to_state=to_state, failure_kind=failure_kind, move=move, door=door, actor=actor
+    )
     run.save(update_fields=sorted(update_fields))
-    run_event_record(
-        run=run,
-        verb=to_state,
-        door=door,
-        actor=actor,
-        actor_label=actor_label,
-        from_state=source,
-        to_state=to_state,
-        message=message if not failure_kind else f"[{failure_kind}] {message}".strip(),
-    )
-    plan_id = run.plan_id
-    transaction.on_commit(
-        lambda: run_state_changed.send(
-            sender=Run, run_id=run_id, plan_id=plan_id, from_state=source, to_state=to_state
-        )
-    )
-    if to_state in TERMINAL_RUN_STATES:
-        nudge("plan_check_finished_task", plan_id=plan_id)
-    if source == RunState.RUNNING:
-        nudge("dispatch_task")  # a slot is free: start the next queued run now, not at beat
+    event.save(force_insert=True)
+    _transition_after(run_id=run_id, plan_id=run.plan_id, source=source, to_state=to_state)
     return run
+
+
+def _runs_save(runs: list[Run], fields: set[str]) -> None:
+    """Save ``fields`` of many runs in two statements: one UPDATE of the fields whose value is
+    the same on every run, one of those that differ (on PostgreSQL an UPDATE ... FROM
+    unnest(arrays): ``bulk_update``'s CASE per row and field costs the ORM far more CPU)."""
+    ids = [run.pk for run in runs]
+    concrete = {f.name: f for f in Run._meta.concrete_fields if f.name in fields}
+    same = {
+        name: getattr(runs[0], field.attname)
+        for name, field in concrete.items()
+        if all(getattr(run, field.attname) == getattr(runs[0], field.attname) for run in runs)
+    }
+    if same:
+        Run.objects.filter(pk__in=ids).update(**same)
+    differ = [field for name, field in concrete.items() if name not in same]
+    if not differ:
+        return
+    if connection.vendor != "postgresql" or any(
+        f.get_internal_type() == "JSONField" for f in differ
+    ):
+        Run.objects.bulk_update(runs, [field.name for field in differ])
+        return
+    columns = ", ".join(f'"{f.column}" = v."{f.column}"' for f in differ)
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in differ)
+    names = ", ".join(f'"{f.column}"' for f in differ)
+    table = Run._meta.db_table
+    params: list[Any] = [ids] + [
+        [f.get_db_prep_save(getattr(run, f.attname), connection) for run in runs] for f in differ
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'UPDATE "{table}" SET {columns} FROM unnest(%s::bigint[], {arrays}) '  # noqa: S608
+            f'AS v("id", {names}) WHERE "{table}"."id" = v."id"',
+            params,
+        )
+
+
+@transaction.atomic
+def runs_transition(
+    *,
+    moves: list[Move],
+    to_state: str,
+    door: str,
+    actor: Actor = None,
+    failure_kind: str = "",
+) -> list[Run]:
+    """``run_transition`` for many runs at once, by the same rules (``_transition_check``,
+    ``_transition_apply``, ``_transition_after``), in a few statements however many runs:
+    one ``SELECT ... FOR UPDATE`` (in id order), one UPDATE, one INSERT of the events. A
+    move the state machine does not have refuses them all. Answers the runs, as ``moves``."""
+    if to_state not in RUN_TRANSITIONS:
+        raise DomainError(f"Unknown run state '{to_state}'.")
+    ids = [move.run_id for move in moves]
+    runs = Run.objects.select_for_update().filter(pk__in=ids).order_by("pk").in_bulk()
+    if len(runs) != len(set(ids)):
+        raise Run.DoesNotExist(f"No run {sorted(set(ids) - set(runs))[0]}.")
+    moved: list[tuple[Run, str]] = []
+    fields: set[str] = set()
+    events: list[RunEvent] = []
+    for move in moves:
+        run = runs[move.run_id]
+        if not _transition_check(run, to_state):
+            continue
+        source = run.state
+        update_fields, event = _transition_apply(
+            run, to_state=to_state, failure_kind=failure_kind, move=move, door=door, actor=actor
+        )
+        fields |= update_fields
+        events.append(event)
+        moved.append((run, source))
+    if moved:
+        _runs_save([run for run, _ in moved], fields)
+        RunEvent.objects.bulk_create(events)
+    for run, source in moved:
+        _transition_after(run_id=run.pk, plan_id=run.plan_id, source=source, to_state=to_state)
+    return [runs[move.run_id] for move in moves]
 
 
 def run_cancel(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:

@@ -115,7 +115,7 @@ def test_comparisons_type_their_values() -> None:
     assert root("optimizer=adamw") == Compare("parameter", "optimizer", "=", ("adamw",), 0)
     assert root("use_bias=true") == Compare("parameter", "use_bias", "=", (True,), 0)
     assert root('name="12"') == Compare("parameter", "name", "=", ("12",), 0)
-    assert root("data_mix.web>0.5") == Compare("parameter", "data_mix.web", ">", (0.5,), 0)
+    assert root("data_mix.docs>0.5") == Compare("parameter", "data_mix.docs", ">", (0.5,), 0)
     assert root("eval/loss<3.2") == Compare("metric", "eval/loss", "<", (3.2,), 0)
     assert root("eval/paloma/macro_loss<=3") == Compare(
         "metric", "eval/paloma/macro_loss", "<=", (3,), 0
@@ -286,7 +286,7 @@ def rows(recipe: Any, contributor: Any) -> dict[str, Proposal]:
         outcome=Outcome.WORKED,
     )
     data.labels.add(Label.objects.create(name="data"))
-    data_plan = _plan(data, spec="axes:\n  data_mix: [{web: 0.4, code: 0.5, math: 0.1}]\n")
+    data_plan = _plan(data, spec="axes:\n  data_mix: [{code: 0.9, docs: 0.1}]\n")
     _run(data_plan, 0, final_metrics={"eval/loss": 3.4, "throughput/mfu": 0.41})
 
     draft = ProposalFactory.create(
@@ -326,9 +326,9 @@ MOE, DATA, DRAFT = "Capacity factor", "More code", "Routing with"
         ("use_bias=true", {DRAFT}),
         ("use_bias>0", set()),
         ("top_k=2", {DRAFT}),
-        ("data_mix.code>=0.5", {DATA}),
-        ("data_mix.web<0.5", {DATA}),
-        ("data_mix.web>0.5", {MOE, DATA}),
+        ("data_mix.code>=0.8", {DATA}),
+        ("data_mix.docs<0.2", {DATA}),
+        ("data_mix.docs>0.2", {MOE, DATA}),
         ("no_such_parameter>0", set()),
         ("eval/loss<3.2", {MOE}),
         ("eval/loss<3.45", {MOE, DATA}),
@@ -356,7 +356,7 @@ MOE, DATA, DRAFT = "Capacity factor", "More code", "Routing with"
         ("-weight_decay>0.05", {DATA}),
         ("-optimizer=lion", {MOE, DATA}),
         ("NOT use_bias=true", {MOE, DATA}),
-        ("-data_mix.web<0.5", {MOE, DRAFT}),
+        ("-data_mix.docs<0.2", {MOE, DRAFT}),
         ("-optimizer IN (lion, adamw)", {MOE, DATA}),
         ("-failure:oom OR label:moe", {MOE, DATA, DRAFT}),
         ("author:OLGA", {DATA}),

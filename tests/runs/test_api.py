@@ -272,13 +272,11 @@ def test_preview_returns_runs_hashes_diffs_and_totals(api: APIClient, recipe: An
 
 
 def test_preview_applies_the_baseline(api: APIClient, recipe: Any) -> None:
-    response = preview(
-        api, recipe, baseline={"data_mix": {"web": 0.5, "code": 0.4}}, ablation_spec=""
-    )
+    response = preview(api, recipe, baseline={"data_mix": {"docs": 0.5}}, ablation_spec="")
 
     assert response.status_code == 200
     (run,) = response.json()["runs"]
-    assert run["config"]["data_mix"] == {"web": 0.5, "code": 0.4, "math": 0.1}
+    assert run["config"]["data_mix"] == {"code": 0.7, "docs": 0.5}
     assert run["is_baseline"] is True
 
 

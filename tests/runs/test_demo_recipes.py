@@ -18,8 +18,8 @@ from runs.metric_declarations import declarations_parse, declarations_validate
 
 SCALES = ("small", "medium", "large")
 # bench/RESULTS.md, "ladder": final eval/loss of each scale, seed 0, measured with
-# `taskset -c 0 python -m runs.tiny_moe --config <scale>.json`.
-RECORDED_EVAL_LOSS = {"small": 1.2060, "medium": 1.0400, "large": 0.8952}
+# `python bench/trainer.py --seed 0` (each scale as `python -m runs.tiny_moe --config ...`).
+RECORDED_EVAL_LOSS = {"small": 2.7387, "medium": 2.3831, "large": 2.2149}
 
 
 def _config(scale: str) -> dict[str, object]:
@@ -67,13 +67,14 @@ def test_recorded_tiny_ladder_fits_a_falling_power_law() -> None:
     baseline = _ladder(RECORDED_EVAL_LOSS)
     assert baseline.fit is not None
     assert baseline.fit.r_squared >= 0.95
-    assert baseline.fit.exponent == pytest.approx(-0.127, abs=0.002)
+    assert baseline.fit.exponent == pytest.approx(-0.0710, abs=0.0005)
     assert baseline.refusals == [] and baseline.multiplier == 1.0
 
 
 def test_tiny_ladder_trains_for_real_and_fits(tmp_path: Path) -> None:
-    """The three scales, trained as a run starts them (about 7 s of one core in all): loss
-    falls with compute and the power law fits, so the ladder states a multiplier."""
+    """The three scales, trained as a run starts them (about a minute of one core in all,
+    bench/trainer.py): loss falls with compute and the power law fits, so the ladder states
+    a multiplier."""
     losses = {}
     for scale in SCALES:
         folder = tmp_path / scale
@@ -85,7 +86,7 @@ def test_tiny_ladder_trains_for_real_and_fits(tmp_path: Path) -> None:
             env={"PYTHONPATH": str(settings.BASE_DIR), "PATH": "/usr/bin:/bin"},
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=900,  # a loaded shared machine: the figure is bench/trainer.py's
             check=False,
         )
         assert done.returncode == 0, done.stderr

@@ -111,6 +111,15 @@ def test_an_invalid_file_is_refused_naming_the_file_and_field_and_nothing_is_wri
         ({**TINY_MOE, "version": True}, "bad.yaml: version: must be text or a whole number"),
         ({**TINY_MOE, "name": "Tiny MoE!"}, "bad.yaml: name: "),
         ({**TINY_MOE, "executor": "slurm"}, "bad.yaml: executor: "),
+        ({**TINY_MOE, "requires_labels": "gpu:a5000"}, "bad.yaml: requires_labels: must be a list"),
+        (
+            {**TINY_MOE, "requires_labels": ["gpu a5000"]},
+            "bad.yaml: requires_labels: 'gpu a5000' is no label",
+        ),
+        (
+            {**TINY_MOE, "executor": "local", "requires_labels": ["gpu:a5000"]},
+            "bad.yaml: executor: only a pool has labels",
+        ),
         (
             {**TINY_MOE, "compute_model": {**TINY_MOE["compute_model"], "tokens": "steps * __x"}},
             "bad.yaml: compute_model: ",
@@ -131,6 +140,9 @@ def test_an_invalid_file_is_refused_naming_the_file_and_field_and_nothing_is_wri
         "boolean-version",
         "bad-name",
         "unknown-executor",
+        "labels-not-a-list",
+        "bad-label",
+        "labels-on-no-pool",
         "bad-formula",
         "no-properties",
         "not-a-mapping",
@@ -145,6 +157,15 @@ def test_refusals_name_the_file_and_the_field(
         load(write(tmp_path, "bad.yaml", content))
     assert expected in str(refused.value)
     assert not Recipe.objects.exists()
+
+
+def test_a_recipe_file_declares_the_labels_its_pool_must_have(tmp_path: Path) -> None:
+    load(write(tmp_path, "gpu.yaml", {**TINY_MOE, "requires_labels": ["gpu:a5000", "cuda:12"]}))
+    assert Recipe.objects.get(name="tiny-moe").requires_labels == ["gpu:a5000", "cuda:12"]
+
+    out = load(write(tmp_path, "gpu.yaml", TINY_MOE))  # left out: back to none
+    assert "tiny-moe v1: updated" in out
+    assert Recipe.objects.get(name="tiny-moe").requires_labels == []
 
 
 def test_one_recipe_defined_twice_is_refused(tmp_path: Path) -> None:

@@ -181,9 +181,9 @@ def test_runs_merge_defaults_baseline_scale_point_and_seed_in_that_order() -> No
 
 
 def test_nested_baseline_override_keeps_the_other_nested_keys() -> None:
-    result = plan("", {"data_mix": {"web": 0.5}})
+    result = plan("", {"data_mix": {"docs": 0.5}})
 
-    assert result.points[0].config["data_mix"] == {"web": 0.5, "code": 0.3, "math": 0.1}
+    assert result.points[0].config["data_mix"] == {"code": 0.7, "docs": 0.5}
 
 
 def test_deep_merge_merges_mappings_replaces_the_rest_and_leaves_its_inputs_alone() -> None:
@@ -223,11 +223,11 @@ def test_axis_value_equal_to_the_baseline_is_not_run_twice() -> None:
 
 def test_grid_points_that_resolve_to_the_same_config_collapse() -> None:
     # both points spell out part of the default data mix: neither changes the config
-    result = plan("axes:\n  data_mix: [{web: 0.6}, {web: 0.6, code: 0.3}]\n")
+    result = plan("axes:\n  data_mix: [{docs: 0.3}, {docs: 0.3, code: 0.7}]\n")
 
     assert result.run_count == 1
     assert result.points[0].is_baseline
-    assert result.points[0].overrides == {"data_mix": {"web": 0.6}}
+    assert result.points[0].overrides == {"data_mix": {"docs": 0.3}}
 
 
 def test_baseline_outside_the_grid_is_added_as_an_extra_run() -> None:
@@ -267,14 +267,14 @@ def test_diff_lists_only_the_keys_that_differ_from_the_baseline() -> None:
 
 
 def test_diff_of_a_data_mix_point_names_the_nested_keys() -> None:
-    result = plan("axes:\n  data_mix:\n    - {web: 0.5, code: 0.4}\n")
+    result = plan("axes:\n  data_mix:\n    - {docs: 0.5, code: 0.4}\n")
 
     point = next(p for p in result.points if not p.is_baseline)
     assert point.diff == {
-        "data_mix.code": {"baseline": 0.3, "value": 0.4},
-        "data_mix.web": {"baseline": 0.6, "value": 0.5},
+        "data_mix.code": {"baseline": 0.7, "value": 0.4},
+        "data_mix.docs": {"baseline": 0.3, "value": 0.5},
     }
-    assert point.config["data_mix"] == {"web": 0.5, "code": 0.4, "math": 0.1}
+    assert point.config["data_mix"] == {"docs": 0.5, "code": 0.4}
 
 
 def test_config_diff_reports_added_and_removed_keys_and_ignores_1_versus_1_0() -> None:
@@ -586,10 +586,10 @@ def test_axis_value_outside_the_schema_is_refused_naming_parameter_and_rule(
 
 
 def test_nested_value_outside_the_schema_names_the_nested_path() -> None:
-    errors = refusal("axes:\n  data_mix:\n    - {web: 2}\n")
+    errors = refusal("axes:\n  data_mix:\n    - {docs: 2}\n")
 
     (message,) = errors["ablation_spec"]
-    assert "parameter 'data_mix.web': 2 is greater than the maximum of 1" in message
+    assert "parameter 'data_mix.docs': 2 is greater than the maximum of 1" in message
 
 
 def test_baseline_value_outside_the_schema_is_refused() -> None:
@@ -610,7 +610,7 @@ def test_non_finite_axis_value_is_refused(value: str) -> None:
 
 
 def test_non_finite_value_nested_in_the_baseline_is_refused() -> None:
-    errors = refusal("", {"data_mix": {"web": float("nan")}})
+    errors = refusal("", {"data_mix": {"docs": float("nan")}})
 
     assert errors == {
         "baseline": ["baseline: parameter 'data_mix': NaN and infinity are not allowed"]

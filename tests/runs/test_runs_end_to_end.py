@@ -77,9 +77,12 @@ def test_approved_proposal_runs_and_reports_back(
         assert keys == {
             "train/loss",
             "eval/loss",
+            "eval/code/loss",
+            "eval/docs/loss",
             "throughput/tokens_per_second",
             "throughput/mfu",
             "moe/drop_fraction",
+            "moe/load_balance_loss",
         }
         assert MetricPoint.objects.filter(run=run, key="train/loss").count() == 15
         assert run.final_metrics["eval/loss"] > 0  # the trainer's tracker_metrics.jsonl

@@ -86,12 +86,11 @@ def _demo_proposals() -> list[dict[str, Any]]:
         },
         {
             "title": "More code in the data mix",
-            "summary": "Raise the code share from 0.3 to 0.5 and see what happens to eval loss.",
-            "hypothesis": "A 0.5 code share lowers eval loss on code without hurting web text.",
+            "summary": "Raise the code share from 0.7 to 0.9 and see what happens to eval loss.",
+            "hypothesis": "A 0.9 code share lowers eval loss on code without hurting docstrings.",
             "recipe": "tiny-moe",
             "spec": (
-                "axes:\n  data_mix:\n    - {web: 0.6, code: 0.3, math: 0.1}\n"
-                "    - {web: 0.4, code: 0.5, math: 0.1}\n"
+                "axes:\n  data_mix:\n    - {code: 0.7, docs: 0.3}\n    - {code: 0.9, docs: 0.1}\n"
             ),
             "labels": ["data-mix"],
             "path": ["submit"],
@@ -178,18 +177,18 @@ def _demo_proposals() -> list[dict[str, Any]]:
             ),
         },
         {
-            "title": "Math-heavy mix",
-            "summary": "A 30% math share.",
-            "hypothesis": "A 30% math share improves math eval loss by 0.05.",
+            "title": "Docstring-heavy mix",
+            "summary": "A 60% share of docstrings and comments.",
+            "hypothesis": "A 60% docs share improves docs eval loss by 0.05.",
             "recipe": "tiny-moe",
-            "spec": "axes:\n  data_mix:\n    - {web: 0.5, code: 0.2, math: 0.3}\n",
+            "spec": "axes:\n  data_mix:\n    - {code: 0.4, docs: 0.6}\n",
             "labels": ["data-mix"],
             "path": ["submit", "approve"],
-            "results": {"effects": {("data_mix.math", 0.3): -0.005}},
+            "results": {"effects": {("data_mix.docs", 0.6): -0.005}},
             "outcome": (
                 "promising",
                 "exploratory",
-                "Eval loss down 0.005, under the 0.01 threshold; math loss down 0.04, web up 0.01.",
+                "Eval loss down 0.005, under the 0.01 threshold; docs loss down 0.04, code loss up 0.01.",
             ),
         },
         {

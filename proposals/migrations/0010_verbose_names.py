@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('proposals', '0008_github_pending_issues'),
+        ('proposals', '0009_merge_follows_and_pending_issues'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0009_campaigns'),
+        ('runs', '0011_merge_alerts_and_requires_labels'),
     ]
 
     operations = [

@@ -1,0 +1,450 @@
+"""Writes for alerts: evaluating a metrics batch, noting values that were not finite, the
+periodic silence check, closing a run's alerts when it ends, and maintainers' rule edits.
+
+``alerts_evaluate`` runs inside every metrics ingest (``runs.metrics.ingest.metrics_ingest``), so it
+is built to cost little: the run's rules come from a per-process cache, its rolling state is
+one locked read and one write of small JSON rows, and nothing reads the run's history.
+An alert that opens or closes writes a row of the run's timeline in the same transaction and
+is announced after commit (``runs.signals.alert_changed``): ``proposals`` posts it to the
+linked issue and mails the proposal's followers.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import orjson
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection, transaction
+from django.utils import timezone
+
+from marin_site.db import server_binding_cursor
+from marin_site.doors import Door
+from marin_site.roles import permission_require
+from runs import pg_arrays
+from runs.alerts import detectors, rules
+from runs.alerts.models import Alert, AlertKind, AlertRule, AlertWatch
+from runs.models import TERMINAL_RUN_STATES, Recipe, Run, RunEvent, RunState
+from runs.permissions import MANAGE_ALERT_RULES
+from runs.signals import alert_changed
+
+logger = logging.getLogger(__name__)
+
+
+def _announce(alert: Alert, *, plan_id: int, opened: bool) -> None:
+    alert_id, run_id = alert.pk, alert.run_id
+    transaction.on_commit(
+        lambda: alert_changed.send_robust(
+            sender=Alert, alert_id=alert_id, run_id=run_id, plan_id=plan_id, opened=opened
+        )
+    )
+
+
+def _event(run: Run, verb: str, message: str, door: str) -> None:
+    RunEvent.objects.create(
+        run=run, verb=verb, door=door, actor_label="alerts", message=message[:10_000]
+    )
+
+
+def alert_open(
+    *,
+    run: Run,
+    kind: str,
+    key: str,
+    step: int | None,
+    value: float | None,
+    message: str,
+    door: str = Door.SYSTEM,
+) -> Alert | None:
+    """Open an alert unless one of this kind and key is open on the run already."""
+    if Alert.objects.filter(run_id=run.pk, kind=kind, key=key, closed_at__isnull=True).exists():
+        return None
+    try:
+        with transaction.atomic():
+            alert = Alert.objects.create(
+                run_id=run.pk,
+                kind=kind,
+                key=key,
+                message=message[:2_000],
+                opened_step=step,
+                opened_value=value,
+            )
+    except IntegrityError:  # another writer opened it meanwhile
+        return None
+    _event(run, "alert_opened", f"[{kind}] {message}", door)
+    _announce(alert, plan_id=rules.run_facts(run_id=run.pk)[0], opened=True)
+    return alert
+
+
+def alert_close(
+    *, run: Run, kind: str, key: str, step: int | None, message: str, door: str = Door.SYSTEM
+) -> Alert | None:
+    """Close the open alert of this kind and key on the run, if there is one."""
+    alert = (
+        Alert.objects.select_for_update()
+        .filter(run_id=run.pk, kind=kind, key=key, closed_at__isnull=True)
+        .first()
+    )
+    if alert is None:
+        return None
+    alert.closed_at = timezone.now()
+    alert.closed_step = step
+    alert.close_message = message[:2_000]
+    alert.save(update_fields=["closed_at", "closed_step", "close_message"])
+    _event(run, "alert_closed", f"[{kind}] {message}", door)
+    _announce(alert, plan_id=rules.run_facts(run_id=run.pk)[0], opened=False)
+    return alert
+
+
+def _columns(run: Run, batch: Any) -> dict[str, tuple[list[int], list[float]]]:
+    """The batch's points per key, each in step order."""
+    by_key: dict[str, list[int]] = {}
+    for index, key in enumerate(batch.keys):
+        group = by_key.get(key)
+        if group is None:
+            by_key[key] = [index]
+        else:
+            group.append(index)
+    steps, values = batch.steps, batch.values
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    for key, group in by_key.items():
+        key_steps = [steps[i] for i in group]
+        if key_steps != sorted(key_steps):
+            group.sort(key=steps.__getitem__)
+            key_steps = [steps[i] for i in group]
+        out[key] = (key_steps, [values[i] for i in group])
+    return out
+
+
+WATCH_TABLE = AlertWatch._meta.db_table
+
+
+@dataclass(slots=True)
+class _Watch:
+    pk: int
+    kind: str
+    key: str
+    state: dict[str, Any]
+
+
+def _watches_locked(run_id: int, keys: set[str]) -> dict[tuple[str, str], _Watch]:
+    """The run's watches of these keys and its NaN watches, locked, in one plain query (the
+    ORM's would cost more CPU than the rest of an evaluation)."""
+    params: list[int | str]
+    if not keys:
+        where, params = "kind = %s", [run_id, str(AlertKind.NAN)]
+    else:
+        marks = ", ".join(["%s"] * len(keys))
+        where = f"(key IN ({marks}) OR kind = %s)"
+        params = [run_id, *sorted(keys), str(AlertKind.NAN)]
+    lock = " ORDER BY id FOR UPDATE" if connection.vendor == "postgresql" else ""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT id, kind, key, state FROM {WATCH_TABLE} WHERE run_id = %s AND {where}{lock}",  # noqa: S608
+            params,
+        )
+        rows = cursor.fetchall()
+    out = {}
+    for pk, kind, key, stored in rows:
+        # SQLite hands JSON back as text
+        state = orjson.loads(stored) if isinstance(stored, str | bytes) else stored
+        out[(kind, key)] = _Watch(pk, kind, key, state)
+    return out
+
+
+def _watches_write(watches: list[_Watch]) -> None:
+    texts = [orjson.dumps(w.state).decode() for w in watches]
+    if connection.vendor == "postgresql":
+        # Binary arrays bound by the server, as the metrics ingest sends its points.
+        with server_binding_cursor() as cursor:
+            pg_arrays.register(cursor.cursor)
+            cursor.execute(
+                f"UPDATE {WATCH_TABLE} AS w SET state = v.state::jsonb, updated_at = now() "  # noqa: S608
+                "FROM unnest(%s::bigint[], %s::text[]) AS v(id, state) WHERE w.id = v.id",
+                [pg_arrays.int8_array([w.pk for w in watches]), pg_arrays.text_array(texts)],
+            )
+        return
+    with connection.cursor() as cursor:
+        now = timezone.now()
+        cursor.executemany(
+            f"UPDATE {WATCH_TABLE} SET state = %s, updated_at = %s WHERE id = %s",  # noqa: S608
+            [(text, now, w.pk) for text, w in zip(texts, watches, strict=True)],
+        )
+
+
+def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
+    """Fold a stored batch (``runs.metrics.parse.PointBatch``) into the run's rolling alert state;
+    open and close alerts as the detectors say. Returns the changes (for tests and bench).
+
+    When nothing opens or closes, the transaction commits without waiting for the disk
+    (``synchronous_commit = off``): a crash may lose the last fraction of a second of
+    rolling state, which only means those points are not folded; a transaction that opens
+    or closes an alert commits as any other."""
+    watched = {
+        (rule.kind, rule.key): rule
+        for rule in rules.rules_for_run(run_id=run.pk)
+        if rule.kind in rules.KEYED_KINDS
+    }
+    batch_keys = set(batch.keys)
+    wanted = {pair for pair in watched if pair[1] in batch_keys}
+    with transaction.atomic():
+        watches = _watches_locked(run.pk, {key for _, key in wanted})
+        nan_watches = {
+            key: w
+            for (kind, key), w in watches.items()
+            if kind == AlertKind.NAN and key in batch_keys and w.state.get("open_step") is not None
+        }
+        if not wanted and not nan_watches:
+            return []
+        missing = [pair for pair in wanted if pair not in watches]
+        if missing:
+            AlertWatch.objects.bulk_create(
+                [AlertWatch(run_id=run.pk, kind=kind, key=key, state={}) for kind, key in missing],
+                ignore_conflicts=True,
+            )
+            for pair, w in _watches_locked(run.pk, {key for _, key in missing}).items():
+                watches.setdefault(pair, w)
+        columns = _columns(run, batch)
+        changed: list[_Watch] = []
+        changes: list[tuple[str, str, detectors.Change]] = []
+        for (kind, key), rule in watched.items():
+            if (kind, key) not in wanted:
+                continue
+            watch = watches[(kind, key)]
+            steps, values = columns[key]
+            before = watch.state.get("last")
+            if kind == AlertKind.SPIKE:
+                found = detectors.spike_feed(watch.state, rule.params, key, steps, values)
+            else:
+                found = detectors.shift_feed(
+                    watch.state, rule.params, key, steps, values, falling=kind == AlertKind.DROP
+                )
+            if watch.state.get("last") != before:
+                changed.append(watch)
+            changes.extend((kind, key, change) for change in found)
+        for key, watch in nan_watches.items():
+            found = detectors.nan_feed(watch.state, key, columns[key][0])
+            if found:
+                changed.append(watch)
+                changes.extend((AlertKind.NAN, key, change) for change in found)
+        if changed:
+            _watches_write(changed)
+        for kind, key, change in changes:
+            if change.opened:
+                alert_open(
+                    run=run,
+                    kind=kind,
+                    key=key,
+                    step=change.step,
+                    value=change.value,
+                    message=change.message,
+                )
+            else:
+                alert_close(run=run, kind=kind, key=key, step=change.step, message=change.message)
+        outermost = not connection.savepoint_ids  # SET LOCAL would reach a caller's writes
+        if not changes and outermost and connection.vendor == "postgresql":
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+    return [change for _, _, change in changes]
+
+
+def alerts_not_finite(*, run: Run, first_steps: dict[str, int], door: str = Door.SYSTEM) -> int:
+    """Values that were not finite (NaN, infinities: never stored) seen by a door, as the
+    first step of each key. Opens one NaN alert per key (when the run's rules keep the NaN
+    rule); finite values from a later step close it (``alerts_evaluate``). Returns how many
+    alerts opened."""
+    active = {rule.key for rule in rules.rules_for_run(run_id=run.pk) if rule.kind == AlertKind.NAN}
+    if not active:
+        return 0
+    opened = 0
+    with transaction.atomic():
+        for key, step in sorted(first_steps.items()):
+            if rules.ALL_KEYS not in active and key not in active:
+                continue
+            watch, _ = AlertWatch.objects.select_for_update().get_or_create(
+                run_id=run.pk, kind=AlertKind.NAN, key=key, defaults={"state": {}}
+            )
+            if watch.state.get("open_step") is not None:
+                continue
+            alert = alert_open(
+                run=run,
+                kind=AlertKind.NAN,
+                key=key,
+                step=step,
+                value=None,
+                message=f"{key} was not finite (NaN or infinite) at step {step}",
+                door=door,
+            )
+            if alert is not None:
+                watch.state = {"open_step": step}
+                watch.save(update_fields=["state", "updated_at"])
+                opened += 1
+    return opened
+
+
+def alerts_silence_check() -> dict[str, int]:
+    """The periodic pass (Celery beat): open a silence alert on each running run whose
+    heartbeat has been quiet longer than its rule allows, close those that hear it again."""
+    now = timezone.now()
+    opened = closed = 0
+    for run in Run.objects.filter(state=RunState.RUNNING).only(
+        "pk", "plan_id", "recipe_name", "recipe_version", "heartbeat_at", "started_at"
+    ):
+        rule = next(
+            (r for r in rules.rules_for_run(run_id=run.pk) if r.kind == AlertKind.SILENCE),
+            None,
+        )
+        last = run.heartbeat_at or run.started_at
+        if rule is None or last is None:
+            continue
+        quiet = now - last
+        with transaction.atomic():
+            if quiet > timedelta(seconds=rule.params["seconds"]):
+                opened += (
+                    alert_open(
+                        run=run,
+                        kind=AlertKind.SILENCE,
+                        key="",
+                        step=None,
+                        value=None,
+                        message=f"no heartbeat for {int(quiet.total_seconds())} s "
+                        f"(the rule allows {rule.params['seconds']} s); last at {last:%Y-%m-%d %H:%M:%S} UTC",
+                        door=Door.WORKER,
+                    )
+                    is not None
+                )
+            else:
+                closed += (
+                    alert_close(
+                        run=run,
+                        kind=AlertKind.SILENCE,
+                        key="",
+                        step=None,
+                        message=f"heartbeat heard again at {last:%Y-%m-%d %H:%M:%S} UTC",
+                        door=Door.WORKER,
+                    )
+                    is not None
+                )
+    # Runs that ended while quiet: their alerts are closed by alerts_close_ended; a lost
+    # signal is made good here.
+    for run_id, state in (
+        Alert.objects.filter(closed_at__isnull=True, run__state__in=TERMINAL_RUN_STATES)
+        .values_list("run_id", "run__state")
+        .distinct()
+    ):
+        closed += alerts_close_ended(run_id=run_id, state=state)
+    return {"opened": opened, "closed": closed}
+
+
+def alerts_close_ended(*, run_id: int, state: str) -> int:
+    """A run ended: its open alerts close with it (they cannot close from its metrics)."""
+    run = Run.objects.filter(pk=run_id).first()
+    if run is None:
+        return 0
+    closed = 0
+    with transaction.atomic():
+        for kind, key in Alert.objects.filter(run_id=run_id, closed_at__isnull=True).values_list(
+            "kind", "key"
+        ):
+            closed += (
+                alert_close(
+                    run=run,
+                    kind=kind,
+                    key=key,
+                    step=None,
+                    message=f"the run ended ({state})",
+                    door=Door.WORKER,
+                )
+                is not None
+            )
+    return closed
+
+
+# --- rules, edited by maintainers ---------------------------------------------------------
+
+
+def _rule_check(
+    *, kind: str, key: str, params: Any, recipe: Recipe | None, run: Run | None
+) -> dict[str, Any]:
+    if (recipe is None) == (run is None):
+        raise ValidationError({"recipe": ["give a recipe or a run (exactly one)"]})
+    checked, problems = rules.params_check(kind=kind, key=key, params=params)
+    if problems:
+        raise ValidationError({name: [text] for name, text in problems.items()})
+    return {name: value for name, value in checked.items() if name in (params or {})}
+
+
+@transaction.atomic
+def alert_rule_save(
+    *,
+    actor: Any,
+    kind: str,
+    key: str = "",
+    params: Any = None,
+    enabled: bool = True,
+    recipe: Recipe | None = None,
+    run: Run | None = None,
+    rule: AlertRule | None = None,
+) -> AlertRule:
+    """Create or change a rule (maintainers). Only the parameters given are stored; the
+    others keep their defaults. Invalid input is refused naming the field."""
+    permission_require(actor, MANAGE_ALERT_RULES, None, "edit alert rules")
+    params = {} if params is None else params
+    stored = _rule_check(kind=kind, key=key, params=params, recipe=recipe, run=run)
+    if rule is None:
+        rule = AlertRule.objects.filter(
+            recipe=recipe, run=run, kind=kind, key=key
+        ).first() or AlertRule(recipe=recipe, run=run, kind=kind, key=key)
+    elif (rule.kind, rule.key, rule.recipe_id, rule.run_id) != (
+        kind,
+        key,
+        getattr(recipe, "pk", None),
+        getattr(run, "pk", None),
+    ) and AlertRule.objects.filter(recipe=recipe, run=run, kind=kind, key=key).exclude(
+        pk=rule.pk
+    ).exists():
+        raise ValidationError({"key": ["a rule of this kind and key exists already here"]})
+    rule.recipe, rule.run, rule.kind, rule.key = recipe, run, kind, key
+    rule.params, rule.enabled = stored, enabled
+    rule.save()
+    transaction.on_commit(rules.rules_forget)
+    return rule
+
+
+@transaction.atomic
+def alert_rule_delete(*, actor: Any, rule: AlertRule) -> None:
+    permission_require(actor, MANAGE_ALERT_RULES, None, "edit alert rules")
+    rule.delete()
+    transaction.on_commit(rules.rules_forget)
+
+
+def not_finite_steps(body: bytes, *, limit: int = 100_000) -> dict[str, int]:
+    """The first step of each key whose value is NaN or infinite in a metrics body that the
+    strict parser refused ({} when there is none, or the body is not such a batch)."""
+    if len(body) > 8 * 1024 * 1024 or not (b"NaN" in body or b"Infinity" in body):
+        return {}
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return {}
+    points = data.get("points") if isinstance(data, dict) else None
+    firsts: dict[str, int] = {}
+    for point in points[:limit] if isinstance(points, list) else []:
+        if not isinstance(point, dict):
+            continue
+        key, step, value = point.get("key"), point.get("step"), point.get("value")
+        if (
+            type(value) is float
+            and not math.isfinite(value)
+            and type(key) is str
+            and rules.good_key(key)
+            and type(step) is int
+            and 0 <= step < 2**62
+        ):
+            firsts[key] = min(step, firsts.get(key, step))
+    return firsts

@@ -1,0 +1,248 @@
+"""Alerts on a run's metrics: spike, sustained drop, NaN and silence; each opens once and
+closes once, on the run's timeline, through the real metrics door."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+from rest_framework.test import APIClient
+
+from runs import tokens
+from runs.alerts import rules, services
+from runs.alerts.models import Alert, AlertKind, AlertRule, AlertWatch
+from runs.models import Run, RunEvent, RunState
+from runs.services import runs as run_writes
+from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_rules() -> None:
+    rules.rules_forget()
+
+
+@pytest.fixture
+def running(recipe: Any) -> tuple[Run, str]:
+    run = Run.objects.filter(plan=launched_plan(recipe)).order_by("pk").first()
+    assert run is not None
+    run = run_writes.run_transition(
+        run_id=run.pk,
+        to_state=RunState.RUNNING,
+        door="worker",
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
+    )
+    return run, tokens.run_token(run=run)
+
+
+def send(api: APIClient, run: Run, token: str, points: list[tuple[str, int, Any]]) -> Any:
+    body = json.dumps(
+        {"points": [{"key": k, "step": s, "value": v} for k, s, v in points]}, allow_nan=True
+    )
+    return api.post(
+        f"/api/v1/runs/{run.pk}/metrics/",
+        data=body,
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+
+
+def loss_at(step: int) -> float:
+    """A calm loss: 3.0 with a small wobble (robust deviation about 0.02)."""
+    return 3.0 + 0.02 * math.sin(step)
+
+
+def feed(api: APIClient, run: Run, token: str, values: dict[int, float], size: int = 25) -> None:
+    steps = sorted(values)
+    for start in range(0, len(steps), size):
+        chunk = steps[start : start + size]
+        response = send(api, run, token, [("train/loss", s, values[s]) for s in chunk])
+        assert response.status_code == 200, response.content
+
+
+def events(run: Run, verb: str) -> list[str]:
+    return list(RunEvent.objects.filter(run=run, verb=verb).values_list("message", flat=True))
+
+
+def test_spike_opens_once_and_closes_once_with_values_hovering_at_the_threshold(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    run, token = running
+    values = {s: loss_at(s) for s in range(100)}
+    feed(api, run, token, values)
+    assert not Alert.objects.exists()
+
+    # The threshold (k = 6 robust deviations above the median) is near 3.13: a spike, then
+    # 15 points alternating just above and just below it, then calm again. (Longer, and the
+    # robust window takes the new level for the normal one: it is a spike detector.)
+    spike = {100: 3.6}
+    hover = {s: 3.15 if s % 2 else 3.11 for s in range(101, 116)}
+    calm = {s: loss_at(s) for s in range(116, 200)}
+    feed(api, run, token, {**spike, **hover, **calm}, size=7)
+
+    alert = Alert.objects.get()
+    assert (alert.kind, alert.key, alert.opened_step) == (AlertKind.SPIKE, "train/loss", 100)
+    assert alert.opened_value == pytest.approx(3.6)
+    assert alert.closed_at is not None
+    assert alert.closed_step == 120  # the fifth calm point in a row
+    assert len(events(run, "alert_opened")) == 1
+    assert len(events(run, "alert_closed")) == 1
+    assert "spiked to 3.6 at step 100" in events(run, "alert_opened")[0]
+
+    # Resending the same batches changes nothing: no second alert, no new timeline rows.
+    feed(api, run, token, {**spike, **hover, **calm}, size=7)
+    assert Alert.objects.count() == 1
+    assert RunEvent.objects.filter(run=run, verb__startswith="alert_").count() == 2
+
+
+def test_calm_noise_opens_nothing(api: APIClient, running: tuple[Run, str]) -> None:
+    run, token = running
+    feed(api, run, token, {s: loss_at(s) for s in range(400)}, size=100)
+    assert not Alert.objects.exists()
+    watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    assert watch.state["last"] == 399
+    assert len(watch.state["window"]) == 50  # rolling state: no history kept beyond the window
+
+
+def test_sustained_throughput_drop_opens_and_recovery_closes(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    run, token = running
+    key = "throughput/tokens_per_second"
+    steady = [(key, s, 1000.0 + (s % 7)) for s in range(300)]
+    dropped = [(key, s, 700.0 + (s % 7)) for s in range(300, 360)]
+    back = [(key, s, 1000.0 + (s % 7)) for s in range(360, 420)]
+    for chunk in (steady, dropped, back):
+        assert send(api, run, token, chunk).status_code == 200
+    alert = Alert.objects.get(kind=AlertKind.DROP)
+    assert 300 < alert.opened_step < 320
+    assert alert.closed_step is not None and 360 < alert.closed_step < 390
+    assert "dropped to a median of" in alert.message
+
+
+def test_nan_in_a_refused_batch_opens_an_alert_and_finite_values_close_it(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    run, token = running
+    response = send(api, run, token, [("train/loss", 10, 2.5), ("train/loss", 11, math.nan)])
+    assert response.status_code == 400  # NaN is still never stored
+    alert = Alert.objects.get(kind=AlertKind.NAN)
+    assert (alert.key, alert.opened_step, alert.closed_at) == ("train/loss", 11, None)
+    assert events(run, "alert_opened") == [
+        "[nan] train/loss was not finite (NaN or infinite) at step 11"
+    ]
+
+    # Sent again: still one alert.
+    send(api, run, token, [("train/loss", 12, math.inf)])
+    assert Alert.objects.count() == 1
+
+    assert send(api, run, token, [("train/loss", 9, 2.6)]).status_code == 200
+    assert Alert.objects.get().closed_at is None  # an earlier step does not close it
+    assert send(api, run, token, [("train/loss", 13, 2.4)]).status_code == 200
+    alert.refresh_from_db()
+    assert alert.closed_step == 13
+    assert len(events(run, "alert_closed")) == 1
+
+
+def test_silence_opens_after_the_rules_seconds_and_closes_when_heard_again(
+    running: tuple[Run, str],
+) -> None:
+    run, _ = running
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=60))
+    assert services.alerts_silence_check() == {"opened": 0, "closed": 0}  # default: 120 s
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=200))
+    assert services.alerts_silence_check()["opened"] == 1
+    assert services.alerts_silence_check()["opened"] == 0  # opens once
+    assert "no heartbeat for 2" in Alert.objects.get(kind=AlertKind.SILENCE).message
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
+    assert services.alerts_silence_check() == {"opened": 0, "closed": 1}
+    assert services.alerts_silence_check() == {"opened": 0, "closed": 0}
+
+
+def test_a_runs_alerts_close_when_it_ends(
+    running: tuple[Run, str], django_capture_on_commit_callbacks: Any
+) -> None:
+    run, _ = running
+    services.alerts_not_finite(run=run, first_steps={"train/loss": 5})
+    with django_capture_on_commit_callbacks(execute=True):
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FAILED, door="worker")
+    alert = Alert.objects.get()
+    assert alert.close_message == "the run ended (failed)"
+
+
+def test_a_stored_rule_overrides_the_default_and_can_switch_it_off(
+    api: APIClient, running: tuple[Run, str], maintainer: Any
+) -> None:
+    run, token = running
+    services.alert_rule_save(
+        actor=maintainer, recipe=run.plan.recipe, kind="nan", key="*", enabled=False
+    )
+    response = send(api, run, token, [("train/loss", 11, math.nan)])
+    assert response.status_code == 400
+    assert list(Alert.objects.values_list("kind", "key", "message")) == []
+    rule = services.alert_rule_save(
+        actor=maintainer, recipe=run.plan.recipe, kind="spike", key="train/loss", params={"k": 50}
+    )
+    assert rule.params == {"k": 50}  # only what was given; the rest stays default
+    found = {r.key: r for r in rules.rules_for_run(run_id=run.pk) if r.kind == "spike"}
+    assert found["train/loss"].params["k"] == 50
+    assert found["train/loss"].params["window"] == 50
+    assert AlertRule.objects.count() == 2
+
+
+def test_rules_api_refuses_non_maintainers_and_names_the_bad_field(
+    api_as: Any, api: APIClient, maintainer: Any, contributor: Any, recipe: Any
+) -> None:
+    good = {"recipe": recipe.pk, "kind": "spike", "key": "train/loss", "params": {"k": 8}}
+    assert api.post("/api/v1/alert-rules/", good, format="json").status_code in {401, 403}
+    assert api_as(contributor).post("/api/v1/alert-rules/", good, format="json").status_code == 403
+    client = api_as(maintainer)
+    for body, field in [
+        ({**good, "params": {"k": "high"}}, "params.k"),
+        ({**good, "params": {"k": 1e9}}, "params.k"),
+        ({**good, "params": {"window": 3}}, "params.window"),
+        ({**good, "params": {"k": 4, "k_close": 5}}, "params.k_close"),
+        ({**good, "params": {"kk": 1}}, "params"),
+        ({**good, "params": [1, 2]}, "params"),
+        ({**good, "kind": "sparkle"}, "kind"),
+        ({**good, "key": ""}, "key"),
+        ({**good, "key": "bad key\n"}, "key"),
+        ({"kind": "silence", "params": {"seconds": 1}}, "recipe"),
+        ({"recipe": recipe.pk, "kind": "silence", "params": {"seconds": 1}}, "params.seconds"),
+        ({**good, "recipe": 10**12}, "recipe"),
+    ]:
+        response = client.post("/api/v1/alert-rules/", body, format="json")
+        assert response.status_code == 400, (body, response.content)
+        assert field in response.json(), (body, response.json())
+    assert not AlertRule.objects.exists()
+    response = client.post("/api/v1/alert-rules/", good, format="json")
+    assert response.status_code == 201, response.content
+    rule_id = response.json()["id"]
+    assert client.patch(
+        f"/api/v1/alert-rules/{rule_id}/", {"params": {"k": 0}}, format="json"
+    ).json() == {"params.k": ["must be from 1 to 1000"]}
+    assert (
+        client.patch(
+            f"/api/v1/alert-rules/{rule_id}/", {"enabled": False}, format="json"
+        ).status_code
+        == 200
+    )
+    assert AlertRule.objects.get().enabled is False
+    assert api_as(contributor).delete(f"/api/v1/alert-rules/{rule_id}/").status_code == 403
+    assert api.get("/api/v1/alert-rules/").status_code == 200  # reading is public
+
+
+def test_the_run_page_and_the_api_show_its_alerts(client: Any, running: tuple[Run, str]) -> None:
+    run, _ = running
+    services.alerts_not_finite(run=run, first_steps={"train/loss": 7})
+    page = client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'id="alerts-heading"' in page
+    assert "train/loss was not finite (NaN or infinite) at step 7" in page
+    assert "alert_opened" in page  # on its timeline
+    listed = client.get(f"/api/v1/alerts/?run={run.pk}").json()["results"]
+    assert [(a["kind"], a["is_open"], a["opened_step"]) for a in listed] == [("nan", True, 7)]
