@@ -12,12 +12,15 @@ from django.db import transaction
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import get_template
 from django.utils.cache import patch_cache_control
 from django.utils.functional import cached_property
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.fragments import Fragments
 from proposals import export as proposal_export
 from proposals import permissions as perms
 from proposals import query_language, selectors, services
@@ -54,14 +57,42 @@ def proposal_list(request: HttpRequest) -> HttpResponse:
     queryset = (
         filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_rows()
     )
-    page = Paginator(queryset, 25).get_page(request.GET.get("page"))
+    page = Paginator(queryset.values_list("pk", flat=True), 25).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
     return render(
         request,
         "proposals/list.html",
-        {"filter": filterset.form, "page": page, "query": query.urlencode(), "State": State},
+        {
+            "filter": filterset.form,
+            "page": page,
+            "cards": proposal_cards(list(page.object_list)),
+            "query": query.urlencode(),
+            "State": State,
+        },
     )
+
+
+def proposal_cards(pks: list[int]) -> list[SafeString]:
+    """The list page's cards of these proposals, in order: the same for every reader, so each
+    comes from the fragment cache while its proposal's version is current; the rows of the
+    others are loaded (after the versions were read) and rendered."""
+    fragments = Fragments({f"proposal-card:{pk}": [("proposal", pk)] for pk in pks})
+    missing = [pk for pk in pks if fragments.get(f"proposal-card:{pk}") is None]
+    rows = {p.pk: p for p in selectors.proposal_rows().filter(pk__in=missing)} if missing else {}
+    card = get_template("proposals/_card.html")
+    cards = []
+    for pk in pks:
+        name = f"proposal-card:{pk}"
+        html = fragments.get(name)
+        if html is None:
+            if pk not in rows:  # deleted since the page was counted
+                continue
+            html = str(card.render({"p": rows[pk]}))
+            fragments.put(name, html)
+        cards.append(mark_safe(html))  # noqa: S308 (rendered by the template engine)
+    fragments.save()
+    return cards
 
 
 def _plan_context(proposal: Proposal) -> dict[str, Any]:
