@@ -16,8 +16,8 @@ replaces the version; a fragment rendered from rows older than a write is theref
 under a version older than that write's, and never matches again. A fragment holds nothing
 about the reader: what depends on the user stays outside the fragments.
 
-A version that is not in the cache (first use, eviction) is created with ``cache.add``, so a
-fragment never matches a missing version. ``FRAGMENT_CACHE_SECONDS`` bounds how long a
+A version that is not in the cache (first use, expiry, eviction) is created with
+``cache.add`` as a new token, so a fragment never matches a version that went missing. ``FRAGMENT_CACHE_SECONDS`` bounds how long a
 fragment may live if a write slipped past the bump (a bulk ``UPDATE`` sends no signal);
 it is 0 (off) without a shared cache, as a per-process cache cannot see the worker's writes.
 """
@@ -38,6 +38,9 @@ from django.urls import reverse
 
 VERSION_PREFIX = "fragment:version:"
 FRAGMENT_PREFIX = "fragment:html:"
+
+# A version may expire: the next reader creates a new one, which no stored fragment carries.
+VERSION_SECONDS = 7 * 24 * 3600
 
 Dependency = tuple[str, int]  # ("proposal", 12): an object whose version a fragment carries
 
@@ -62,7 +65,7 @@ def versions_bump(kind: str, pks: Iterable[int | None]) -> None:
 
 def _bump(keys: set[str]) -> None:
     token = _new_token()
-    cache.set_many(dict.fromkeys(keys, token), timeout=None)
+    cache.set_many(dict.fromkeys(keys, token), timeout=VERSION_SECONDS)
 
 
 def enabled() -> bool:
@@ -76,28 +79,48 @@ class Fragments:
     whose stored versions are all current; ``put`` keeps a freshly rendered one, and ``save``
     writes them back in one round trip (call it once the response is rendered)."""
 
-    def __init__(self, wanted: dict[str, Sequence[Dependency]]) -> None:
+    def __init__(self, wanted: dict[str, Sequence[Dependency]], scope: str = "") -> None:
+        self._prefix = f"{FRAGMENT_PREFIX}{scope}:" if scope else FRAGMENT_PREFIX
         self._stamps: dict[str, tuple[str, ...]] = {}
-        self._found: dict[str, str] = {}
+        self._found: dict[str, Any] = {}
+        self._stored: dict[str, Any] = {}
         self._new: dict[str, tuple[tuple[str, ...] | None, Any]] = {}
+        self.extend(wanted)
+
+    def extend(self, wanted: dict[str, Sequence[Dependency]]) -> None:
+        """Read (more) fragments and the versions they carry, in one round trip."""
         if not enabled() or not wanted:
             return
         version_keys = {version_key(kind, pk) for deps in wanted.values() for kind, pk in deps}
-        fragment_keys = {FRAGMENT_PREFIX + name: name for name in wanted}
+        fragment_keys = [self._prefix + name for name in wanted]
         found = cache.get_many([*version_keys, *fragment_keys])
         missing = version_keys - found.keys()
         if missing:
             for key in missing:
-                cache.add(key, _new_token(), timeout=None)
+                cache.add(key, _new_token(), timeout=VERSION_SECONDS)
             found |= cache.get_many(list(missing))
         for name, deps in wanted.items():
             stamp = tuple(found.get(version_key(kind, pk)) or "" for kind, pk in deps)
             if "" in stamp:  # the cache refused the version: keep nothing under it
                 continue
             self._stamps[name] = stamp
-            stored = found.get(FRAGMENT_PREFIX + name)
+            stored = self._stored[name] = found.get(self._prefix + name)
             if stored is not None and stored[0] == stamp:
                 self._found[name] = stored[1]
+
+    def refine(self, name: str, *values: object) -> None:
+        """Also key a fragment by values read from the rows (after the versions): for a
+        change that reaches the database without a signal (a queryset ``update()``, a
+        ``bulk_create`` of timeline rows)."""
+        stamp = self._stamps.get(name)
+        if stamp is None:
+            return
+        stamp = self._stamps[name] = (*stamp, *(str(v) for v in values))
+        stored = self._stored.get(name)
+        if stored is not None and stored[0] == stamp:
+            self._found[name] = stored[1]
+        else:
+            self._found.pop(name, None)
 
     def get(self, name: str) -> Any:
         """The fragment from the cache if current, or as ``put`` in this response; else None."""
@@ -122,7 +145,7 @@ class Fragments:
         return value
 
     def save(self) -> None:
-        kept = {FRAGMENT_PREFIX + n: e for n, e in self._new.items() if e[0] is not None}
+        kept = {self._prefix + n: e for n, e in self._new.items() if e[0] is not None}
         if kept:
             cache.set_many(kept, timeout=settings.FRAGMENT_CACHE_SECONDS)
         self._new = {}

@@ -18,7 +18,7 @@ from marin_site.fragments import versions_bump
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
-from runs.models import Recipe, Run, RunEvent
+from runs.models import Recipe, RunEvent
 from runs.signals import plan_owners, reconcile_pass
 
 FRAGMENT_ROW_SIGNALS = (post_save, post_delete)
@@ -49,8 +49,8 @@ def on_plan_owners(sender: Any, *, plan_id: int, **kwargs: Any) -> list[int]:
 
 
 # ------------------------------------------------ fragment versions (marin_site/fragments.py)
-# A proposal's fragments (its card, API row, page sections) carry its version, and the
-# timeline also its plan's: each write below replaces the versions of what it changed.
+# A proposal's fragments (its card, API row, page sections) carry its version: each write
+# below replaces the versions of the proposals whose fragments show what it changed.
 
 
 @receiver(FRAGMENT_ROW_SIGNALS, sender=Proposal, dispatch_uid="fragments:proposals.Proposal")
@@ -98,13 +98,6 @@ def on_recipe_written(sender: Any, instance: Recipe, **kwargs: Any) -> None:
     versions_bump("proposal", list(proposals))
 
 
-@receiver(FRAGMENT_ROW_SIGNALS, sender=RunEvent, dispatch_uid="fragments:runs.RunEvent")
-def on_run_event_written(sender: Any, instance: RunEvent, **kwargs: Any) -> None:
-    """A run's events are on its proposal's timeline, whose fragment carries the plan's version."""
-    plan_id = Run.objects.filter(pk=instance.run_id).values_list("plan_id", flat=True).first()
-    versions_bump("plan", [plan_id])
-
-
 @receiver(pre_save, sender=get_user_model(), dispatch_uid="fragments:user-renamed")
 def on_user_renamed(sender: Any, instance: Any, update_fields: Any = None, **kwargs: Any) -> None:
     """A username is shown on the proposals the user wrote, reviewed, commented and acted
@@ -122,6 +115,6 @@ def on_user_renamed(sender: Any, instance: Any, update_fields: Any = None, **kwa
         | Q(events__actor=instance.pk)
         | Q(amendments__author=instance.pk)
     ).values_list("pk", flat=True)
-    versions_bump("proposal", set(touched))
     plans = RunEvent.objects.filter(actor=instance.pk).values_list("run__plan_id", flat=True)
-    versions_bump("plan", set(plans))
+    of_runs = Proposal.objects.filter(plan_id__in=plans).values_list("pk", flat=True)
+    versions_bump("proposal", {*touched, *of_runs})

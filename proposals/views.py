@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from django.contrib import messages
@@ -9,12 +10,13 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
+from django.db.models import prefetch_related_objects
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
 from django.template.loader import get_template
 from django.utils.cache import patch_cache_control
-from django.utils.functional import cached_property
+from django.utils.functional import SimpleLazyObject, cached_property
 from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
@@ -95,27 +97,71 @@ def proposal_cards(pks: list[int]) -> list[SafeString]:
     return cards
 
 
-def _plan_context(proposal: Proposal) -> dict[str, Any]:
-    if proposal.plan is not None:
+class _PlanContext:
+    """The plan section's context, computed only when the section is rendered (not when it
+    comes from the fragment cache): the preview computes the whole plan from the recipe."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        self.proposal = proposal
+
+    @cached_property
+    def values(self) -> dict[str, Any]:
+        proposal = self.proposal
+        if proposal.plan is not None:
+            return {
+                "frozen_plan": proposal.plan,
+                "plan_entries": proposal.plan.entries.order_by("index"),
+            }
+        try:
+            return {"preview_plan": services.proposal_plan(proposal=proposal)}
+        except ValidationError as exc:
+            return {"plan_errors": exc.messages}
+
+    def context(self) -> dict[str, Any]:
+        # Each name stands for the computed value (or None), computed on first use.
         return {
-            "frozen_plan": proposal.plan,
-            "plan_entries": proposal.plan.entries.order_by("index"),
+            name: SimpleLazyObject(lambda name=name: self.values.get(name))
+            for name in ("frozen_plan", "plan_entries", "preview_plan", "plan_errors")
         }
-    try:
-        return {"preview_plan": services.proposal_plan(proposal=proposal)}
-    except ValidationError as exc:
-        return {"plan_errors": exc.messages}
 
 
 def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    # The versions first, then the rows (marin_site/fragments.py explains the order).
+    # The page's sections that are the same for every reader (detail.html wraps each in
+    # {% fragment %}), and what each needs loaded when it is rendered.
+    sections = selectors.proposal_page_prefetches()
+    fragments = Fragments(
+        {name: [("proposal", pk)] for name in (*sections, "timeline")},
+        scope=f"proposal-page:{pk}",
+    )
     try:
-        proposal = selectors.proposal_detail(pk=pk)
+        proposal = selectors.proposal_detail(pk=pk, prefetch=False)
     except Proposal.DoesNotExist as exc:
         raise Http404("No such proposal.") from exc
+    # Changes that reach the row without a signal (the GitHub issue's number is stored with
+    # an update()), and the runs' events, written in bulk, on the timeline:
+    for name in ("head", "body", "details"):
+        fragments.refine(name, proposal.updated_at.isoformat(), proposal.github_issue_number)
+    fragments.refine("timeline", selectors.plan_last_run_event(plan_id=proposal.plan_id))
+    prefetch_related_objects(
+        [proposal],
+        *(
+            lookup
+            for name, lkps in sections.items()
+            if fragments.get(name) is None
+            for lookup in lkps
+        ),
+    )
     user = request.user
     allowed = {action.name: action for action in allowed_actions(proposal, user)}
-    own_review = next((r for r in proposal.reviews.all() if r.reviewer_id == user.pk), None)
-    timeline, timeline_cut = selectors.proposal_timeline_recent(proposal=proposal)
+    own_review = None
+    if "review" in allowed:
+        own_review = selectors.proposal_own_review(proposal=proposal, reviewer=user)
+
+    @functools.cache
+    def timeline() -> tuple[list[selectors.TimelineEntry], bool]:
+        return selectors.proposal_timeline_recent(proposal=proposal)
+
     context = {
         "proposal": proposal,
         "actions": [  # (name, label, action): the buttons of the actions panel
@@ -128,8 +174,9 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "comment_form": CommentForm(),
         "can_edit": "edit" in allowed,
         "can_record_outcome": "record_outcome" in allowed,
-        "timeline": timeline,
-        "timeline_cut": timeline_cut,
+        # Only read when the timeline is rendered, not when it comes from the cache:
+        "timeline": SimpleLazyObject(lambda: timeline()[0]),
+        "timeline_cut": SimpleLazyObject(lambda: timeline()[1]),
         "outcome_form": OutcomeForm(
             initial={
                 "outcome": proposal.outcome,
@@ -137,9 +184,11 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 "conclusion": proposal.conclusion,
             }
         ),
-        **_plan_context(proposal),
+        "fragments": fragments,
+        **_PlanContext(proposal).context(),
     }
     response = render(request, "proposals/detail.html", context)
+    fragments.save()
     if proposal.plan_id is not None and run_selectors.plan_in_flight(plan_id=proposal.plan_id):
         # Its numbers change every few seconds: never serve it from the page cache.
         patch_cache_control(response, private=True)
