@@ -57,7 +57,7 @@ class ProposalViewSet(
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         """The filtered page's ids from the database; its rows mostly from the fragment cache
         (``proposal_list_data``), field for field what ``ProposalSerializer`` writes."""
-        pks = self.filter_queryset(self.get_queryset()).values_list("pk", flat=True)
+        pks = self.filter_queryset(selectors.proposal_ids()).values_list("pk", flat=True)
         page = self.paginate_queryset(pks)
         data = proposal_list_data(pks=list(pks if page is None else page), request=request)
         return Response(data) if page is None else self.get_paginated_response(data)

@@ -94,6 +94,12 @@ def proposal_list() -> QuerySet[Proposal]:
     )
 
 
+def proposal_ids() -> QuerySet[Proposal]:
+    """Every proposal in the list's order, nothing joined or annotated: to filter and take a
+    page of ids (the rows themselves then come from fragments or ``proposal_list``)."""
+    return Proposal.objects.order_by("-created_at", "-id")
+
+
 def proposal_rows() -> QuerySet[Proposal]:
     """The list page's rows: ``proposal_list`` without the long texts a row never shows."""
     return proposal_list().defer(*PROPOSAL_HEAVY)

@@ -187,23 +187,31 @@ def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
     api_url = pk_url("proposal-detail", request)
     html_url = pk_url("proposals:detail", request)
     user = getattr(request, "user", None)
+    # What a reader may do depends on the proposal's state, hold, whether it has a plan and
+    # whether the reader wrote it (proposals/actions.py): asked once per such combination.
+    actions: dict[tuple[Any, ...], list[str]] = {}
     rows = []
     for pk in pks:
         entry = fragments.get(f"proposal-api:{pk}")
         if entry is None:  # deleted since the page was counted
             continue
         shared = entry["data"]
-        state_of = Proposal(
-            pk=pk,
-            state=shared["state"],
-            on_hold=shared["on_hold"],
-            plan_id=shared["plan_id"],
-            author_id=entry["author_id"],
-        )
+        mine = user is not None and entry["author_id"] == user.pk
+        situation = (shared["state"], shared["on_hold"], shared["plan_id"] is None, mine)
+        if situation not in actions:
+            state_of = Proposal(
+                pk=pk,
+                state=shared["state"],
+                on_hold=shared["on_hold"],
+                plan_id=shared["plan_id"],
+                author_id=entry["author_id"],
+            )
+            allowed = allowed_actions(state_of, user) if user else []
+            actions[situation] = [a.name for a in allowed]
         per_request = {
             "url": api_url(pk),
             "html_url": html_url(pk),
-            "allowed_actions": [a.name for a in allowed_actions(state_of, user)] if user else [],
+            "allowed_actions": list(actions[situation]),
         }
         rows.append({f: per_request[f] if f in per_request else shared[f] for f in FIELDS})
     fragments.save()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import hashlib
 from typing import Any
 
 from django.contrib import messages
@@ -55,31 +56,44 @@ def refusal(
 
 
 def proposal_list(request: HttpRequest) -> HttpResponse:
-    filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_rows())
+    filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_ids())
     queryset = (
-        filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_rows()
+        filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_ids()
     )
     page = Paginator(queryset.values_list("pk", flat=True), 25).get_page(request.GET.get("page"))
+    pks = list(page.object_list)
     query = request.GET.copy()
     query.pop("page", None)
-    return render(
+    # The filter bar shows only the query string; the footer, nothing at all.
+    filters = "list-filters:" + hashlib.sha256(request.GET.urlencode().encode()).hexdigest()
+    fragments = Fragments(
+        {
+            filters: [],
+            "site-footer": [],
+            **{f"proposal-card:{pk}": [("proposal", pk)] for pk in pks},
+        }
+    )
+    response = render(
         request,
         "proposals/list.html",
         {
             "filter": filterset.form,
             "page": page,
-            "cards": proposal_cards(list(page.object_list)),
+            "cards": proposal_cards(pks, fragments),
             "query": query.urlencode(),
             "State": State,
+            "fragments": fragments,
+            "filters_fragment": filters,
         },
     )
+    fragments.save()
+    return response
 
 
-def proposal_cards(pks: list[int]) -> list[SafeString]:
+def proposal_cards(pks: list[int], fragments: Fragments) -> list[SafeString]:
     """The list page's cards of these proposals, in order: the same for every reader, so each
     comes from the fragment cache while its proposal's version is current; the rows of the
-    others are loaded (after the versions were read) and rendered."""
-    fragments = Fragments({f"proposal-card:{pk}": [("proposal", pk)] for pk in pks})
+    others are loaded (after ``fragments`` read the versions) and rendered."""
     missing = [pk for pk in pks if fragments.get(f"proposal-card:{pk}") is None]
     rows = {p.pk: p for p in selectors.proposal_rows().filter(pk__in=missing)} if missing else {}
     card = get_template("proposals/_card.html")
@@ -93,7 +107,6 @@ def proposal_cards(pks: list[int]) -> list[SafeString]:
             html = str(card.render({"p": rows[pk]}))
             fragments.put(name, html)
         cards.append(mark_safe(html))  # noqa: S308 (rendered by the template engine)
-    fragments.save()
     return cards
 
 
@@ -131,7 +144,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # {% fragment %}), and what each needs loaded when it is rendered.
     sections = selectors.proposal_page_prefetches()
     fragments = Fragments(
-        {name: [("proposal", pk)] for name in (*sections, "timeline")},
+        {"site-footer": [], **{name: [("proposal", pk)] for name in (*sections, "timeline")}},
         scope=f"proposal-page:{pk}",
     )
     try:
