@@ -11,7 +11,7 @@ expand a plan of 64 runs of the tiny recipe (4 learning rates x 4 capacity facto
 plus the baseline, x 4 seeds) and mark them running; write 100,000 steps of 4 keys per run
 straight into ``runs_metricpoint`` with binary ``COPY`` (numpy builds the rows), with the
 per-key summaries marked stale as an ingest leaves them; then build every rollup with
-``runs.series.series_refresh``, the code the Celery worker runs (timed). Seeding is skipped
+``runs.series.rollup.series_refresh``, the code the Celery worker runs (timed). Seeding is skipped
 when the plan is already there.
 
 Then it measures the server time of ``GET /api/v1/plans/{id}/series/?points=500`` (every key)
@@ -78,14 +78,16 @@ def make_plan(runs: int) -> tuple[int, list[int]]:
 
     from django.db import transaction
 
-    from runs import queue, services
     from runs.demo_recipes import TINY_MOE
     from runs.models import PlanLaunch, Recipe, Run, RunState
+    from runs.services import dispatch
+    from runs.services import plans as plan_services
+    from runs.services import recipes as recipe_services
 
     recipe = Recipe.objects.filter(name=TINY_MOE["name"], version=TINY_MOE["version"]).first()
     if recipe is None:
-        recipe = services.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
-    plan = services.plan_freeze(
+        recipe = recipe_services.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
+    plan = plan_services.plan_freeze(
         recipe=recipe,
         baseline={},
         spec_text=f"{SPEC}# {MARKER}\n",
@@ -93,7 +95,7 @@ def make_plan(runs: int) -> tuple[int, list[int]]:
     )
     with transaction.atomic():
         PlanLaunch.objects.create(plan=plan, executor="local", command_template="true")
-    queue.plan_expand(plan_id=plan.pk)
+    dispatch.plan_expand(plan_id=plan.pk)
     run_ids = list(
         Run.objects.filter(plan=plan).order_by("entry__index").values_list("pk", flat=True)
     )
@@ -190,8 +192,8 @@ def seed(database_url: str, runs: int, steps: int) -> int:
 
 def build_rollups(plan_id: int) -> float:
     """Every stale key of the plan's runs, refreshed as the worker does; seconds per series."""
-    from runs import series
     from runs.models import MetricSummary, Run
+    from runs.series import rollup
 
     run_ids = list(Run.objects.filter(plan_id=plan_id).values_list("pk", flat=True))
     stale = MetricSummary.objects.filter(run_id__in=run_ids, stale_from__isnull=False).count()
@@ -199,7 +201,7 @@ def build_rollups(plan_id: int) -> float:
         return 0.0
     started = time.perf_counter()
     for run_id in run_ids:
-        series.series_refresh(run_id=run_id)
+        rollup.series_refresh(run_id=run_id)
     elapsed = time.perf_counter() - started
     print(f"built {stale} rollups in {elapsed:.1f} s ({elapsed / stale * 1000:.0f} ms each)")
     from django.db import connection
@@ -290,7 +292,7 @@ def main() -> int:
 
 
 CHARTS_NOTES = [
-    "How (runs/series.py): each (run, key) keeps at most 2048 buckets of a power-of-two",
+    "How (runs/series/): each (run, key) keeps at most 2048 buckets of a power-of-two",
     "number of steps (count, sum, min, max, last step; the steps of the min and max apart),",
     "and a copy with four buckets in one. A request reads, for every series in one query",
     "(PostgreSQL's binary protocol), the copy with enough buckets for the points asked,",
@@ -315,7 +317,7 @@ def record(
         "",
         f"Data: one plan of 64 runs x 4 keys x {args.steps:,} steps "
         f"({64 * 4 * args.steps / 1e6:.1f}M points) in `runs_metricpoint`, seeded with binary "
-        "COPY; rollups (`runs_metricseries`) built by `runs.series.series_refresh`, the "
+        "COPY; rollups (`runs_metricseries`) built by `runs.series.rollup.series_refresh`, the "
         f"worker's code.{built}",
         "",
         "Server time of the whole page's chart data, `GET /api/v1/plans/{id}/series/"

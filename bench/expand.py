@@ -77,7 +77,7 @@ def main() -> int:
     from proposals.services import proposal_create, proposal_transition
     from runs.demo_recipes import TINY_MOE
     from runs.models import Recipe, Run, RunState
-    from runs.services import recipe_create
+    from runs.services.recipes import recipe_create
 
     app.conf.task_always_eager = True
     author, _ = User.objects.get_or_create(username="bench-author")

@@ -159,30 +159,34 @@ def make_running_runs(count: int) -> list[tuple[int, str]]:
 
     from django.db import transaction
 
-    from runs import queue, services
+    from runs import tokens
     from runs.demo_recipes import TINY_MOE
     from runs.models import PlanLaunch, Recipe, Run, RunState
+    from runs.services import dispatch
+    from runs.services import plans as plan_services
+    from runs.services import recipes as recipe_services
+    from runs.services import runs as run_writes
 
     recipe = Recipe.objects.filter(name=TINY_MOE["name"], version=TINY_MOE["version"]).first()
     if recipe is None:
-        recipe = services.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
+        recipe = recipe_services.recipe_create(actor=None, data=copy.deepcopy(TINY_MOE))
     seeds = ", ".join(str(s) for s in range(count))
-    plan = services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=recipe, baseline={}, spec_text=f"seeds: [{seeds}]\n", budget_accelerator_hours=None
     )
     with transaction.atomic():
         PlanLaunch.objects.create(plan=plan, executor="local", command_template="true")
-    queue.plan_expand(plan_id=plan.pk)
+    dispatch.plan_expand(plan_id=plan.pk)
     out = []
     for run in Run.objects.filter(plan=plan).order_by("pk")[:count]:
-        queue.run_transition(
+        run_writes.run_transition(
             run_id=run.pk,
             to_state=RunState.RUNNING,
             door="worker",
-            changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+            changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
         )
         run.refresh_from_db()
-        out.append((run.pk, queue.run_token(run=run)))
+        out.append((run.pk, tokens.run_token(run=run)))
     return out
 
 
@@ -274,12 +278,12 @@ def bench_copy(database_url: str, points: int) -> float:
 def bench_series(port: int, steps: int) -> tuple[float, int, float]:
     """Server time (median of 7) to read a 1000-point downsampled series of a run with
     ``steps`` steps. The points are seeded with COPY; then the key's summary is marked stale
-    and its rollup built by ``runs.series.series_refresh``, as the worker would (timed too)."""
+    and its rollup built by ``runs.series.rollup.series_refresh``, as the worker would (timed too)."""
     import psycopg
     from django.conf import settings as django_settings
 
-    from runs import series
     from runs.models import MetricSummary
+    from runs.series import rollup
 
     ((run_id, _),) = make_running_runs(1)
     db = django_settings.DATABASES["default"]
@@ -301,7 +305,7 @@ def bench_series(port: int, steps: int) -> tuple[float, int, float]:
         stale_from=0,
     )
     started = time.perf_counter()
-    series.series_refresh(run_id=run_id)
+    rollup.series_refresh(run_id=run_id)
     refresh_ms = (time.perf_counter() - started) * 1000
     times = []
     points = 0
@@ -551,7 +555,7 @@ def record_stock_client(*, args: argparse.Namespace, rounds: list[dict[str, floa
         f"Median of {len(rounds)} rounds: marin-site {site:,.0f} points/s, MLflow {other:,.0f} "
         f"points/s, {ratio:.1f}x. The client's own work (checks, protobuf JSON) is the same on "
         "both sides and part of both figures; on marin-site the points go through the same ingest "
-        "as the native API (runs.metrics.metrics_ingest).",
+        "as the native API (runs.metrics.ingest.metrics_ingest).",
     ]
     results_section_replace("ingest: the stock MLflow client (bench/ingest.py)", lines)
 
@@ -601,7 +605,7 @@ def results_section_replace(title: str, lines: list[str]) -> None:
 
 
 INGEST_NOTES = [
-    "The write path (runs/metrics.py): the raw body parsed with orjson and checked in one loop",
+    "The write path (runs/metrics/): the raw body parsed with orjson and checked in one loop",
     "into four columns, put in (key, step) order and folded into per-key summaries in Python,",
     "then sent as binary arrays (runs/pg_arrays.py, bound on the server) in one SQL statement",
     "that inserts the points and upserts the summaries (a plain INSERT; a batch meeting stored",
@@ -649,7 +653,7 @@ def record(
         f"(`GET /api/v1/runs/{{id}}/series/?key=train/loss&points=1000`, "
         f"{args.series_steps:,} steps -> {series_points} points, from the rollup): "
         f"{series_ms:.1f} ms (median of 7, measured by the client); building that rollup from "
-        f"the points (`runs.series.series_refresh`): {refresh_ms:.0f} ms.",
+        f"the points (`runs.series.rollup.series_refresh`): {refresh_ms:.0f} ms.",
         "",
         *INGEST_NOTES,
     ]

@@ -425,7 +425,7 @@ def seed(  # noqa: PLR0915 (one straight-line recipe)
     from proposals.models import Event, Label, Outcome, Proposal, Review, State
     from runs.demo_recipes import DEMO_RECIPES
     from runs.models import Recipe
-    from runs.services import recipe_create
+    from runs.services.recipes import recipe_create
 
     have = Proposal.objects.count()
     if reseed or have > target:

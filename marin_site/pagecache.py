@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Model
 from django.db.models.signals import m2m_changed, post_delete, post_save
 from django.http import HttpRequest, HttpResponse
 from django.urls import Resolver404, resolve
@@ -49,24 +47,6 @@ def _bump() -> None:
 
 
 PAGE_SIGNALS = (post_save, post_delete, m2m_changed)  # what an app's page receivers hear
-
-
-def _bump_receiver(sender: Any, **kwargs: Any) -> None:
-    generation_bump()
-
-
-def invalidate_on_change(*models: type[Model]) -> None:
-    """Bump the generation whenever a row of one of ``models`` is saved or deleted.
-
-    For an app without a receivers module yet (runs/); an app with one declares a receiver
-    there, ``@receiver(PAGE_SIGNALS, sender=Model)`` calling ``generation_bump``, the same
-    connections in the project's one style.
-    """
-    for model in models:
-        uid = f"pagecache:{model._meta.label}"
-        post_save.connect(_bump_receiver, sender=model, dispatch_uid=uid + ":save")
-        post_delete.connect(_bump_receiver, sender=model, dispatch_uid=uid + ":delete")
-        m2m_changed.connect(_bump_receiver, sender=model, dispatch_uid=uid + ":m2m")
 
 
 def _cacheable_request(request: HttpRequest) -> bool:

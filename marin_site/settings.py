@@ -264,7 +264,7 @@ RUNS_SECRET_ENV = env_list("RUNS_SECRET_ENV", "WANDB_API_KEY")
 RUNS_METRICS_MAX_POINTS = int(os.environ.get("RUNS_METRICS_MAX_POINTS", "1000"))
 RUNS_METRICS_RATE_PER_MINUTE = int(os.environ.get("RUNS_METRICS_RATE_PER_MINUTE", "600"))
 RUNS_RECONCILE_SECONDS = float(os.environ.get("RUNS_RECONCILE_SECONDS", "30"))
-# Charts read downsampled series (runs/series.py), refreshed this long after metrics arrive.
+# Charts read downsampled series (runs/series/), refreshed this long after metrics arrive.
 RUNS_SERIES_REFRESH_SECONDS = int(os.environ.get("RUNS_SERIES_REFRESH_SECONDS", "5"))
 # Pools and agents (runs/pools/): an agent's lease lasts this long unless renewed; a poll is
 # held at most RUNS_AGENT_POLL_SECONDS, looking at the database again at least every

@@ -35,7 +35,7 @@ from proposals.models import (
     State,
 )
 from runs.plans import Plan as PlanPreview
-from runs.services import plan_build, plan_cancel, plan_freeze, plan_launch
+from runs.services.plans import plan_build, plan_cancel, plan_freeze, plan_launch
 
 Actor = User | AnonymousUser
 

@@ -34,7 +34,7 @@ from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, 
 from proposals.markdown import render_markdown
 from proposals.models import Proposal, State
 from runs import selectors as run_selectors
-from runs.services import plan_build
+from runs.services.plans import plan_build
 
 
 def refusal(

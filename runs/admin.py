@@ -27,8 +27,8 @@ from runs.models import (
     TrackerImport,
     TrackerImportChunk,
 )
-from runs.queue import run_event_record
-from runs.services import RECIPE_FIELDS, recipe_event_record, recipe_validate
+from runs.services.recipes import RECIPE_FIELDS, recipe_event_record, recipe_validate
+from runs.services.runs import run_event_record
 
 
 class RecipeAdminForm(forms.ModelForm):

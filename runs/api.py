@@ -28,11 +28,9 @@ from marin_site.doors import Door
 from runs import (
     artifacts,
     claims,
-    metrics,
-    queue,
     selectors,
-    series,
-    services,
+    tokens,
+    tracker_import,
     tracker_reports,
     tracker_uploads,
 )
@@ -44,6 +42,9 @@ from runs.api_shapes import (
     RunSeriesSerializer,
 )
 from runs.executors import get_executor
+from runs.metrics import ingest
+from runs.metrics import parse as metrics_parse
+from runs.metrics import points as metric_points
 from runs.models import Run
 from runs.serializers import (
     MetricBatchSerializer,
@@ -56,6 +57,10 @@ from runs.serializers import (
     TrackerImportSerializer,
     plan_data,
 )
+from runs.series import charts
+from runs.services import plans as plan_services
+from runs.services import recipes as recipe_services
+from runs.services import runs as run_writes
 
 
 class RecipeViewSet(
@@ -76,13 +81,13 @@ class RecipeViewSet(
         return selectors.recipe_list(include_inactive=True).order_by("name", "-created_at")
 
     def perform_create(self, serializer: Any) -> None:
-        serializer.instance = services.recipe_create(
+        serializer.instance = recipe_services.recipe_create(
             actor=self.request.user, data=dict(serializer.validated_data), door=Door.API
         )
 
     def perform_update(self, serializer: Any) -> None:
         assert serializer.instance is not None
-        serializer.instance = services.recipe_update(
+        serializer.instance = recipe_services.recipe_update(
             recipe=serializer.instance,
             data=dict(serializer.validated_data),
             actor=self.request.user,
@@ -102,7 +107,7 @@ class PlanPreviewView(APIView):
         serializer = PlanPreviewRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        preview = services.plan_build(
+        preview = plan_services.plan_build(
             recipe=data["recipe"],
             baseline=data.get("baseline") or {},
             spec_text=data.get("ablation_spec") or "",
@@ -123,14 +128,14 @@ def _runner_run(request: Request, run_id: int) -> Run:
     run = selectors.runner_run(run_id=run_id)
     if run is None:
         raise PermissionDenied("This token does not belong to this run.")
-    if not queue.run_token_matches(run=run, token=token.strip()):
-        if attempt := queue.run_token_superseded(run=run, token=token.strip()):
-            raise queue.TokenSuperseded(
+    if not tokens.run_token_matches(run=run, token=token.strip()):
+        if attempt := tokens.run_token_superseded(run=run, token=token.strip()):
+            raise tokens.TokenSuperseded(
                 f"This token is of attempt {attempt} of run {run.pk}, which is over (the run "
                 f"is on attempt {run.attempt}); nothing it sends is taken."
             )
         raise PermissionDenied("This token does not belong to this run.")
-    refusal = queue.run_token_refusal(run=run, write=request.method not in SAFE_METHODS)
+    refusal = tokens.run_token_refusal(run=run, write=request.method not in SAFE_METHODS)
     if refusal is not None:
         raise refusal
     return run
@@ -163,17 +168,17 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
     @extend_schema(request=None, responses=RunSerializer)
     @action(detail=True, methods=["post"])
     def cancel(self, request: Request, pk: str) -> Response:
-        return self._maintainer_action(request, run_perms.CANCEL_RUN, queue.run_cancel)
+        return self._maintainer_action(request, run_perms.CANCEL_RUN, run_writes.run_cancel)
 
     @extend_schema(request=None, responses=RunSerializer)
     @action(detail=True, methods=["post"])
     def rerun(self, request: Request, pk: str) -> Response:
-        return self._maintainer_action(request, run_perms.RERUN_RUN, queue.run_rerun)
+        return self._maintainer_action(request, run_perms.RERUN_RUN, run_writes.run_rerun)
 
     @extend_schema(request=None, responses=RunSerializer)
     @action(detail=True, methods=["post"])
     def retry(self, request: Request, pk: str) -> Response:
-        return self._maintainer_action(request, run_perms.RETRY_RUN, queue.run_retry)
+        return self._maintainer_action(request, run_perms.RETRY_RUN, run_writes.run_retry)
 
     @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
     @action(detail=True, methods=["post"])
@@ -223,14 +228,14 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
         run = self.get_object()
         key = request.query_params.get("key", "")
         if not key:
-            return Response({"keys": metrics.series_keys(run_id=run.pk)})
+            return Response({"keys": metric_points.series_keys(run_id=run.pk)})
         try:
             points = int(request.query_params.get("points", "1000"))
         except ValueError:
             raise ValidationError({"points": ["must be an integer"]}) from None
         if not 2 <= points <= 10_000:
             raise ValidationError({"points": ["must be between 2 and 10000"]})
-        return Response(series.run_series_downsampled(run_id=run.pk, key=key, points=points))
+        return Response(charts.run_series_downsampled(run_id=run.pk, key=key, points=points))
 
     @extend_schema(
         parameters=[OpenApiParameter("key", str, description="one key; every key when absent")],
@@ -241,7 +246,7 @@ class RunViewSet(viewsets.ReadOnlyModelViewSet[Run]):
         run = self.get_object()
         key = request.query_params.get("key") or None
         response = StreamingHttpResponse(
-            metrics.points_csv_rows(run_id=run.pk, key=key), content_type="text/csv"
+            metric_points.points_csv_rows(run_id=run.pk, key=key), content_type="text/csv"
         )
         response["Content-Disposition"] = f'attachment; filename="run-{run.pk}-metrics.csv"'
         return response
@@ -273,22 +278,22 @@ class RunMetricsView(RunnerView):
     def post(self, request: Request, pk: int) -> Response:
         run = _runner_run(request, pk)
         try:
-            metrics.metrics_rate_check(run_id=run.pk)
-        except metrics.RateLimited as exc:
+            ingest.metrics_rate_check(run_id=run.pk)
+        except ingest.RateLimited as exc:
             return Response(
                 {"detail": exc.message}, status=429, headers={"Retry-After": str(exc.retry_after)}
             )
         # The raw body, not request.data: orjson and one checking loop are several times
         # faster than DRF's parser for 1000 points (bench/ingest.py).
-        batch = metrics.points_parse_body(body=request.body)
-        stored = metrics.metrics_ingest(run=run, batch=batch)
+        batch = metrics_parse.points_parse_body(body=request.body)
+        stored = ingest.metrics_ingest(run=run, batch=batch)
         return Response({"stored": stored})
 
 
 class RunHeartbeatView(RunnerView):
     @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:
-        run = metrics.run_heartbeat(run_id=_runner_run(request, pk).pk)
+        run = ingest.run_heartbeat(run_id=_runner_run(request, pk).pk)
         return Response(
             {"state": run.state, "cancel_requested": run.cancel_requested_at is not None}
         )
@@ -306,7 +311,7 @@ class RunStatusView(RunnerView):
         failure_kind = data["failure_kind"] if data["state"] == "failed" else ""
         if data["state"] == "failed" and not failure_kind:
             failure_kind = "code"
-        run = queue.run_transition(
+        run = run_writes.run_transition(
             run_id=run.pk,
             to_state=data["state"],
             failure_kind=failure_kind,
@@ -420,7 +425,7 @@ class RunTrackerImportView(APIView):
             )
         serializer = TrackerImportSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        run = metrics.run_import_tracker_metrics(
+        run = tracker_import.run_import_tracker_metrics(
             run_id=run.pk, jsonl=serializer.validated_data["jsonl"]
         )
         return Response({"final_metrics": run.final_metrics})
@@ -460,20 +465,20 @@ def _series_keys(request: Request) -> list[str] | None:
     if not text:
         return None
     keys = list(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))
-    bad = [k for k in keys if not metrics.METRIC_KEY.match(k)]
+    bad = [k for k in keys if not metrics_parse.METRIC_KEY.match(k)]
     if bad:
         raise ValidationError({"keys": [f"not a metric key: {bad[0][:200]!r}"]})
     return keys
 
 
 def _series_points(request: Request) -> int:
-    text = request.query_params.get("points", str(series.DEFAULT_POINTS))
+    text = request.query_params.get("points", str(charts.DEFAULT_POINTS))
     try:
         points = int(text)
     except ValueError:
         raise ValidationError({"points": ["must be an integer"]}) from None
-    if not 2 <= points <= series.MAX_POINTS:
-        raise ValidationError({"points": [f"must be between 2 and {series.MAX_POINTS}"]})
+    if not 2 <= points <= charts.MAX_POINTS:
+        raise ValidationError({"points": [f"must be between 2 and {charts.MAX_POINTS}"]})
     return points
 
 
@@ -484,15 +489,15 @@ def _series_run_ids(request: Request) -> list[int]:
     if not all(p.isdecimal() and 0 < int(p) < 2**63 for p in parts):
         raise ValidationError({"ids": ["run ids are positive integers, separated by commas"]})
     ids = list(dict.fromkeys(int(p) for p in parts))
-    if len(ids) > series.MAX_RUNS:
-        raise ValidationError({"ids": [f"at most {series.MAX_RUNS} runs; got {len(ids)}"]})
+    if len(ids) > charts.MAX_RUNS:
+        raise ValidationError({"ids": [f"at most {charts.MAX_RUNS} runs; got {len(ids)}"]})
     return ids
 
 
 SERIES_PARAMETERS = [
     OpenApiParameter("keys", str, description="comma-separated metric keys; all when absent"),
     OpenApiParameter(
-        "points", int, description=f"at most this many points per series (2-{series.MAX_POINTS})"
+        "points", int, description=f"at most this many points per series (2-{charts.MAX_POINTS})"
     ),
 ]
 
@@ -509,7 +514,7 @@ class PlanSeriesView(SeriesView):
 
     @extend_schema(parameters=SERIES_PARAMETERS, responses=ChartDataSerializer)
     def get(self, request: Request, plan_id: int) -> HttpResponse:
-        body = series.plan_series(
+        body = charts.plan_series(
             plan_id=plan_id, keys=_series_keys(request), points=_series_points(request)
         )
         if body is None:
@@ -526,7 +531,7 @@ class RunsSeriesView(SeriesView):
         responses=ChartDataSerializer,
     )
     def get(self, request: Request) -> HttpResponse:
-        body = series.runs_series(
+        body = charts.runs_series(
             run_ids=_series_run_ids(request),
             keys=_series_keys(request),
             points=_series_points(request),

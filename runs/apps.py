@@ -7,18 +7,5 @@ class RunsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from marin_site.pagecache import invalidate_on_change
-        from runs import (
-            models,
-            permissions,  # noqa: F401  (registers the rules)
-            series,  # noqa: F401  (refreshes a run's charts when it ends)
-        )
-
-        invalidate_on_change(
-            models.Recipe,
-            models.RecipeEvent,
-            models.Plan,
-            models.PlanLaunch,
-            models.Run,
-            models.RunEvent,  # on the proposal page's timeline too
-        )
+        # Importing these registers the permission rules and connects every receiver.
+        from runs import permissions, receivers  # noqa: F401

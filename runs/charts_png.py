@@ -20,9 +20,9 @@ from dataclasses import dataclass
 import orjson
 from django.core.cache import cache
 
-from runs import series
 from runs.models import MetricSummary, Run
 from runs.results import latest_runs
+from runs.series import charts
 
 POINTS = 400
 LOSS_KEYS = ("eval/loss", "train/loss")
@@ -77,7 +77,7 @@ def loss_chart_find(*, plan_id: int, key: str = "") -> LossChart | None:
 
 def loss_lines(chart: LossChart, *, points: int = POINTS) -> list[Line]:
     """Each run's curve (the mean of each step range) from the plan's chart series."""
-    body = series.plan_series(plan_id=chart.plan_id, keys=[chart.key], points=points)
+    body = charts.plan_series(plan_id=chart.plan_id, keys=[chart.key], points=points)
     if body is None:
         return []
     data = orjson.loads(body)

@@ -29,15 +29,9 @@ from runs.executors.external import EXTERNAL
 from runs.executors.external import PREFIX as EXTERNAL_PREFIX
 from runs.models import FailureKind, PlanLaunch, Run, RunState
 from runs.plans import config_hash
-from runs.queue import (
-    run_command,
-    run_config_file,
-    run_event_record,
-    run_job_env,
-    run_token,
-    run_transition,
-    token_hash,
-)
+from runs.services.dispatch import run_command, run_config_file, run_job_env
+from runs.services.runs import run_event_record, run_transition
+from runs.tokens import run_token, token_hash
 
 Actor = User | AnonymousUser | None
 

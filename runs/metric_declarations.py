@@ -17,6 +17,7 @@ under "other metrics".
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from django.core.exceptions import ValidationError
 from django.db import connection
 
 from runs.compute import MAX_WARMUP_STEPS
+from runs.models import Recipe, Run
 
 UNITS = (
     "",
@@ -124,8 +126,6 @@ def declarations_for_run(*, run_id: int) -> dict[str, MetricDeclaration]:
     cached = _by_run.get(run_id)
     if cached is not None and now - cached[0] < _CACHE_SECONDS:
         return cached[1]
-    from runs.models import Recipe, Run
-
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT r.metrics FROM {Recipe._meta.db_table} r JOIN {Run._meta.db_table} u "  # noqa: S608
@@ -135,8 +135,6 @@ def declarations_for_run(*, run_id: int) -> dict[str, MetricDeclaration]:
         row = cursor.fetchone()
     raw = row[0] if row else None
     if isinstance(raw, str):  # SQLite hands JSON back as text through a raw cursor
-        import json
-
         raw = json.loads(raw)
     declarations = declarations_parse(raw or [])
     if len(_by_run) > 10_000:

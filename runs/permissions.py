@@ -12,6 +12,8 @@ from typing import Any
 import rules
 
 from marin_site.roles import is_maintainer
+from runs.models import Plan, PlanLaunch
+from runs.signals import plan_owners
 
 CANCEL_RUN = "runs.cancel_run"
 RERUN_RUN = "runs.rerun_run"
@@ -24,8 +26,6 @@ MANAGE_RECIPES = "runs.manage_recipe"
 def is_run_of_canceled_plan(user: Any, run: Any) -> bool:
     """Stopping the runs of a canceled plan is the plan's cancel finishing its work: whoever
     canceled the plan was asked then (``plan_cancel`` calls ``run_cancel`` for each run)."""
-    from runs.models import PlanLaunch
-
     return bool(
         run is not None
         and PlanLaunch.objects.filter(plan_id=run.plan_id, canceled_at__isnull=False).exists()
@@ -82,9 +82,6 @@ CLAIM_RUN = "runs.claim_run"
 
 @rules.predicate
 def answers_for_the_plan(user: Any, run: Any) -> bool:
-    from runs.models import Plan
-    from runs.signals import plan_owners
-
     if run is None or not getattr(user, "is_authenticated", False) or not user.is_active:
         return False
     for _receiver, owners in plan_owners.send_robust(sender=Plan, plan_id=run.plan_id):

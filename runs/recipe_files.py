@@ -1,7 +1,7 @@
 """Recipes as reviewed data files: one YAML file per recipe, loaded by ``manage.py load_recipes``.
 
 The project's own recipes are in ``runs/recipes/``; a site may keep its own elsewhere and name
-them on the command line. A file holds the fields of ``runs.services.RECIPE_FIELDS``: this module
+them on the command line. A file holds the fields of ``runs.services.recipes.RECIPE_FIELDS``: this module
 only reads files and checks their shape (known fields, the right types); the rules of a valid
 recipe are the services' (``recipe_validate``), so a file, the site's form, the API and the
 admin all pass the same checks. It imports nothing from Django, as the trainer

@@ -6,28 +6,30 @@ from typing import Any
 
 from celery import shared_task
 
-from runs import queue, results, series, tracker_uploads
+from runs import results, tracker_uploads
+from runs.series import rollup
+from runs.services import dispatch, reconcile
 
 
 @shared_task(name="runs.plan_expand", time_limit=120, soft_time_limit=100)
 def plan_expand_task(*, plan_id: int) -> int:
-    return queue.plan_expand(plan_id=plan_id)
+    return dispatch.plan_expand(plan_id=plan_id)
 
 
 @shared_task(name="runs.dispatch", time_limit=120, soft_time_limit=100)
 def dispatch_task() -> list[int]:
-    return queue.runs_dispatch()
+    return dispatch.runs_dispatch()
 
 
 @shared_task(name="runs.run_reconcile", time_limit=60, soft_time_limit=50)
 def run_reconcile_task(*, run_id: int) -> str:
-    run = queue.run_reconcile(run_id=run_id)
+    run = reconcile.run_reconcile(run_id=run_id)
     return run.state if run is not None else ""
 
 
 @shared_task(name="runs.plan_stop", time_limit=120, soft_time_limit=100)
 def plan_stop_task(*, plan_id: int) -> int:
-    return queue.plan_stop(plan_id=plan_id)
+    return reconcile.plan_stop(plan_id=plan_id)
 
 
 @shared_task(name="runs.plan_check_finished", time_limit=60, soft_time_limit=50)
@@ -37,17 +39,17 @@ def plan_check_finished_task(*, plan_id: int) -> bool:
 
 @shared_task(name="runs.reconcile", time_limit=240, soft_time_limit=200)
 def reconcile_task() -> dict[str, Any]:
-    return dict(queue.runs_reconcile())
+    return dict(reconcile.runs_reconcile())
 
 
 @shared_task(name="runs.series_refresh", time_limit=120, soft_time_limit=100)
 def series_refresh_task(*, run_id: int) -> int:
-    return series.series_refresh(run_id=run_id)
+    return rollup.series_refresh(run_id=run_id)
 
 
 @shared_task(name="runs.series_refresh_stale", time_limit=240, soft_time_limit=200)
 def series_refresh_stale_task() -> int:
-    return series.series_refresh_stale()
+    return rollup.series_refresh_stale()
 
 
 @shared_task(name="runs.tracker_import", time_limit=3600, soft_time_limit=3500)

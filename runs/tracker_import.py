@@ -34,7 +34,8 @@ from django.core.exceptions import ValidationError
 
 from marin_site.errors import DomainError
 from runs import metric_declarations, tracker_reports
-from runs.metrics import EARLIEST, LATEST, MAX_STEP, METRIC_KEY, PointBatch, metrics_ingest
+from runs.metrics.ingest import metrics_ingest
+from runs.metrics.parse import EARLIEST, LATEST, MAX_STEP, METRIC_KEY, PointBatch
 from runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -397,3 +398,12 @@ def _apply_config_and_summary(*, run_id: int, report: ImportReport) -> None:
     )
     for problem in problems:
         report.error(report.summary_line, f"summary: {problem}")
+
+
+def run_import_tracker_metrics(*, run_id: int, jsonl: str) -> Run:
+    """Import a ``tracker_metrics.jsonl`` given whole (the JSON form of the API, at most
+    1 MB): every step of every key, the config and the summary (``runs.tracker_import``)."""
+    report = tracker_jsonl_import(run_id=run_id, blocks=[jsonl.encode()], strict=False)
+    if not report.records:
+        raise ValidationError({"jsonl": [report.problem_text() or "holds no tracker record"]})
+    return Run.objects.get(pk=run_id)

@@ -13,7 +13,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from runs import metric_declarations
-from runs.metrics import METRIC_KEY
+from runs.metrics.parse import METRIC_KEY
 from runs.models import Run
 
 MAX_CONFIG_BYTES = 256 * 1024

@@ -8,7 +8,6 @@ import_tracker_metrics``). The reading and the import itself are ``runs.tracker_
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Callable, Iterable, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -24,6 +23,7 @@ from django.utils import timezone
 from marin_site.doors import Door
 from marin_site.errors import DomainError
 from runs.models import Run, RunEvent, TrackerImport, TrackerImportChunk, TrackerImportState
+from runs.nudges import task_send
 from runs.tracker_import import (
     READ_BYTES,
     ImportReport,
@@ -32,8 +32,6 @@ from runs.tracker_import import (
     record_parse,
     tracker_jsonl_import,
 )
-
-logger = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1024 * 1024
 STALE_IMPORT = timedelta(minutes=5)  # a running import this quiet lost its worker
@@ -140,12 +138,7 @@ def _receive_check(blocks: Iterable[bytes]) -> ImportReport:
 
 
 def _enqueue(import_id: int) -> None:
-    from runs import tasks
-
-    try:
-        tasks.tracker_import_task.apply_async(kwargs={"import_id": import_id}, retry=False)
-    except Exception:  # the broker is down: the beat's resume pass will do it
-        logger.warning("could not enqueue tracker import %s; the resume pass will", import_id)
+    task_send("tracker_import_task", import_id=import_id)  # lost: the resume pass does it
 
 
 def tracker_import_run(

@@ -18,9 +18,13 @@ from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_POST
 
 from marin_site.doors import Door
-from runs import charts_png, run_table, selectors, services
+from marin_site.errors import DomainError
+from runs import charts_png, claims, run_table, selectors, tracker_import, tracker_uploads
 from runs import permissions as run_perms
+from runs.executors import EXECUTORS, ExecutorError, get_executor
 from runs.models import Plan, Recipe, Run
+from runs.pools.models import Pool
+from runs.services import recipes as recipe_services
 
 MANAGE_RECIPES = run_perms.MANAGE_RECIPES
 JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales", "metrics")
@@ -45,9 +49,6 @@ class RecipeForm(forms.ModelForm):
         }
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        from runs.executors import EXECUTORS
-        from runs.pools.models import Pool
-
         super().__init__(*args, **kwargs)
         pools = Pool.objects.filter(retired_at__isnull=True).order_by("name")
         choices = [("", "the site's default"), *((name, name) for name in EXECUTORS)]
@@ -89,9 +90,9 @@ def _save(request: HttpRequest, recipe: Recipe | None) -> HttpResponse:
         data = {field: form.cleaned_data[field] for field in form.Meta.fields}
         try:
             if recipe is None:
-                saved = services.recipe_create(actor=request.user, data=data, door=Door.WEB)
+                saved = recipe_services.recipe_create(actor=request.user, data=data, door=Door.WEB)
             else:
-                saved = services.recipe_update(
+                saved = recipe_services.recipe_update(
                     recipe=Recipe.objects.get(pk=recipe.pk),
                     data=data,
                     actor=request.user,
@@ -126,8 +127,6 @@ def run_detail(request: HttpRequest, pk: int) -> HttpResponse:
 def _run_page(
     request: HttpRequest, pk: int, *, claim: Any = None, status: int = 200
 ) -> HttpResponse:
-    from runs.executors import ExecutorError, get_executor
-
     run = selectors.run_detail(run_id=pk)
     if run is None:
         raise Http404("No such run.")
@@ -189,8 +188,6 @@ def _run_page(
 def run_import(request: HttpRequest, pk: int) -> HttpResponse:
     """Upload a ``tracker_metrics.jsonl`` on the run's page (maintainers): checked as it
     arrives, then imported by a task whose progress the page shows."""
-    from runs import tracker_import, tracker_uploads
-
     run = get_object_or_404(Run, pk=pk)
     if not request.user.has_perm(run_perms.IMPORT_METRICS, run):
         raise PermissionDenied("Only maintainers import metrics.")
@@ -231,9 +228,6 @@ def render_refused(request: HttpRequest, run: Run, message: str, status: int) ->
 @require_POST
 def run_claim(request: HttpRequest, pk: int) -> HttpResponse:
     """Claim a queued run to execute by hand; the answer shows its token and command once."""
-    from marin_site.errors import DomainError
-    from runs import claims
-
     try:
         claim = claims.run_claim(run_id=pk, actor=request.user, where=request.POST.get("where", ""))
     except ValidationError as exc:
@@ -250,9 +244,6 @@ def run_claim(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 @require_POST
 def run_give_back(request: HttpRequest, pk: int) -> HttpResponse:
-    from marin_site.errors import DomainError
-    from runs import claims
-
     try:
         claims.run_claim_release(run_id=pk, actor=request.user)
     except DomainError as exc:

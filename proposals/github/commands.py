@@ -24,7 +24,7 @@ from proposals.github.outbox.enqueue import outbox_comment_enqueue
 from proposals.models import Proposal
 from proposals.selectors import proposal_status_text
 from runs.models import Run
-from runs.queue import run_rerun
+from runs.services.runs import run_rerun
 
 COMMAND = re.compile(
     r"^ {0,3}/(approve|reject|request-changes|hold|unhold|cancel|rerun|status)(?=\s|$)[ \t]*(.*)$"

@@ -1,7 +1,7 @@
 """The ``pool:<name>`` executor: the agents of a pool pull their runs.
 
 The site pushes nothing here. The dispatcher offers a queued run to the pool (within the
-pool's, the plan's and the budget's limits: ``runs.queue._run_offer``), an agent leases it
+pool's, the plan's and the budget's limits: ``runs.services.dispatch.runs_dispatch``), an agent leases it
 (``runs.pools.leases.lease_acquire``) and the reconciler settles it from its lease
 (``runs.pools.leases.run_reconcile_leased``). A job's external id is its lease, ``lease-<id>``; its log is the
 tail the agent last sent.

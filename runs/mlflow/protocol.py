@@ -270,14 +270,14 @@ def experiment_entity(plan: Any) -> dict[str, Any]:
     }
 
 
-def _flat_params(config: Any, prefix: str = "") -> list[tuple[str, str]]:
+def flat_params(config: Any, prefix: str = "") -> list[tuple[str, str]]:
     if not isinstance(config, dict):
         return []
     out: list[tuple[str, str]] = []
     for key, value in config.items():
         name = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, dict) and value:
-            out.extend(_flat_params(value, name))
+            out.extend(flat_params(value, name))
         else:
             out.append((name, value if isinstance(value, str) else _param_text(value)))
     return out
@@ -321,7 +321,7 @@ def run_entity(run: Run, summaries: list[Any]) -> dict[str, Any]:
             "metrics": [
                 {"key": s.key, "value": s.last, "timestamp": at, "step": s.step} for s in summaries
             ],
-            "params": [{"key": k, "value": v} for k, v in _flat_params(run.tracker_config or {})],
+            "params": [{"key": k, "value": v} for k, v in flat_params(run.tracker_config or {})],
             "tags": [{"key": k, "value": v} for k, v in sorted(tags.items())],
         },
         "inputs": {},

@@ -32,8 +32,10 @@ from rest_framework.authtoken.models import Token
 from marin_site.doors import Door
 from marin_site.errors import DomainError
 from marin_site.roles import is_maintainer
-from runs import metrics, queue, tracker_reports
+from runs import tokens, tracker_reports
 from runs.executors.external import PREFIX as EXTERNAL_PREFIX
+from runs.metrics import ingest
+from runs.metrics import parse as metrics_parse
 from runs.mlflow import protocol, selectors
 from runs.mlflow.errors import (
     PERMISSION_DENIED,
@@ -46,6 +48,7 @@ from runs.mlflow.errors import (
     invalid,
 )
 from runs.models import Plan, PlanLaunch, Run, RunEvent, RunState
+from runs.services import runs as run_writes
 
 DOOR = Door.MLFLOW
 HEARTBEAT_EVERY = timedelta(seconds=2)
@@ -70,7 +73,7 @@ def caller_from_token(token: str) -> Caller:
     if match:
         run_id = int(match.group(1))
         run = Run.objects.filter(pk=run_id).only("pk", "token_hash").first()
-        if run is not None and queue.run_token_matches(run=run, token=token):
+        if run is not None and tokens.run_token_matches(run=run, token=token):
             return Caller(run_id=run_id)
         raise MlflowError(UNAUTHENTICATED, "This run token is not valid (or not any more).")
     found = Token.objects.select_related("user").filter(key=token[:40]).first()
@@ -104,9 +107,9 @@ def _writable_run(caller: Caller, run_id: int, *, lock: bool = False) -> Run:
 
 
 def _run_token_may_write(run: Run) -> None:
-    """The rule of every runner door (``queue.run_token_refusal``): an ended run's token
+    """The rule of every runner door (``tokens.run_token_refusal``): an ended run's token
     writes nothing more (409), and a token expires with its run's time limit and grace (401)."""
-    refusal = queue.run_token_refusal(run=run, write=True)
+    refusal = tokens.run_token_refusal(run=run, write=True)
     if refusal is not None:
         code = UNAUTHENTICATED if refusal.status_code == 401 else RESOURCE_CONFLICT
         raise MlflowError(code, refusal.message)
@@ -219,7 +222,7 @@ def _claim(*, user: User, plan_id: int, wanted: str) -> Run:
                 + (f" with id {wanted}" if wanted else "")
                 + ": every run is running or done."
             )
-        return queue.run_transition(
+        return run_writes.run_transition(
             run_id=run.pk,
             to_state=RunState.RUNNING,
             door=DOOR,
@@ -228,7 +231,7 @@ def _claim(*, user: User, plan_id: int, wanted: str) -> Run:
             changes={
                 "executor": "external",
                 "external_id": f"{EXTERNAL_PREFIX}run-{run.pk}-attempt-{run.attempt}",
-                "token_hash": queue.token_hash(queue.run_token(run=run)),
+                "token_hash": tokens.token_hash(tokens.run_token(run=run)),
                 "dispatched_at": timezone.now(),
             },
         )
@@ -259,7 +262,7 @@ def run_update(
         if end_time:
             changes["finished_at"] = _from_millis(end_time) or timezone.now()
         try:
-            queue.run_transition(
+            run_writes.run_transition(
                 run_id=run.pk,
                 to_state=target,
                 door=DOOR,
@@ -284,7 +287,7 @@ def run_update(
 
 def _from_millis(value: int) -> datetime | None:
     seconds = value / 1000
-    if not metrics.EARLIEST <= seconds <= metrics.LATEST:
+    if not metrics_parse.EARLIEST <= seconds <= metrics_parse.LATEST:
         return None
     return datetime.fromtimestamp(seconds, tz=UTC)
 
@@ -300,7 +303,7 @@ def run_delete(*, caller: Caller, run_id: int) -> None:
         )
     with transaction.atomic():
         Run.objects.filter(pk=run.pk).update(tracker_deleted_at=timezone.now())
-        queue.run_event_record(
+        run_writes.run_event_record(
             run=run,
             verb="mlflow_deleted",
             door=DOOR,
@@ -308,7 +311,7 @@ def run_delete(*, caller: Caller, run_id: int) -> None:
             message="hidden from MLflow's searches",
         )
         if not run.is_terminal:
-            queue.run_cancel(run_id=run.pk, actor=caller.user, door=DOOR)
+            run_writes.run_cancel(run_id=run.pk, actor=caller.user, door=DOOR)
 
 
 def log_batch(
@@ -333,8 +336,8 @@ def log_batch(
         if run.state != RunState.RUNNING:
             raise invalid(f"The run {run.pk} must be running to take metrics; it is {run.state}.")
         try:
-            metrics.metrics_rate_check(run_id=run.pk)
-        except metrics.RateLimited as exc:
+            ingest.metrics_rate_check(run_id=run.pk)
+        except ingest.RateLimited as exc:
             raise MlflowError(
                 REQUEST_LIMIT_EXCEEDED, exc.message, retry_after=exc.retry_after
             ) from exc
@@ -348,17 +351,17 @@ def log_batch(
             )
         if len(batch):
             try:
-                metrics.metrics_ingest(run=locked, batch=batch)
+                ingest.metrics_ingest(run=locked, batch=batch)
             except ValidationError as exc:
                 raise invalid("; ".join(exc.messages)[:2000]) from exc
-            except metrics.NotRunning as exc:
+            except ingest.NotRunning as exc:
                 raise invalid(exc.message) from exc
         if not_finite:
             _note_not_finite(locked, not_finite, caller)
     _heartbeat(run.pk)
 
 
-def _points(items: list[protocol.MetricIn]) -> tuple[metrics.PointBatch, dict[str, int]]:
+def _points(items: list[protocol.MetricIn]) -> tuple[metrics_parse.PointBatch, dict[str, int]]:
     """The storable points, and the first step of each key whose value was not finite."""
     keys: list[str] = []
     steps: list[int] = []
@@ -366,12 +369,12 @@ def _points(items: list[protocol.MetricIn]) -> tuple[metrics.PointBatch, dict[st
     times: list[float | None] = []
     not_finite: dict[str, int] = {}
     for index, item in enumerate(items):
-        if not metrics.METRIC_KEY.match(item.key):
+        if not metrics_parse.METRIC_KEY.match(item.key):
             raise invalid(
                 f"Invalid value {item.key!r} for parameter 'metrics[{index}].key': marin-site "
                 "stores metric keys of at most 200 letters, digits and _./@:+- (no spaces)."
             )
-        if not 0 <= item.step < metrics.MAX_STEP:
+        if not 0 <= item.step < metrics_parse.MAX_STEP:
             raise invalid(
                 f"Invalid value {item.step} for parameter 'metrics[{index}].step': marin-site "
                 "stores steps from 0."
@@ -383,7 +386,7 @@ def _points(items: list[protocol.MetricIn]) -> tuple[metrics.PointBatch, dict[st
         keys.append(item.key)
         steps.append(item.step)
         values.append(item.value)
-        times.append(seconds if metrics.EARLIEST <= seconds <= metrics.LATEST else None)
+        times.append(seconds if metrics_parse.EARLIEST <= seconds <= metrics_parse.LATEST else None)
     seen: dict[tuple[str, int], int] = {}
     for index, pair in enumerate(zip(keys, steps, strict=True)):
         seen[pair] = index  # the last of repeats wins, as in the native API
@@ -391,12 +394,12 @@ def _points(items: list[protocol.MetricIn]) -> tuple[metrics.PointBatch, dict[st
         kept = sorted(seen.values())
         keys, steps = [keys[i] for i in kept], [steps[i] for i in kept]
         values, times = [values[i] for i in kept], [times[i] for i in kept]
-    return metrics.PointBatch(keys, steps, values, times), not_finite
+    return metrics_parse.PointBatch(keys, steps, values, times), not_finite
 
 
 def _params_unchanged(run: Run, params: list[tuple[str, str]]) -> None:
     """MLflow refuses to change a logged param; so does the site."""
-    logged = dict(protocol._flat_params(run.tracker_config or {}))
+    logged = dict(protocol.flat_params(run.tracker_config or {}))
     for key, value in params:
         if key in logged and logged[key] != value:
             raise invalid(
@@ -415,7 +418,7 @@ def _note_not_finite(run: Run, first_steps: dict[str, int], caller: Caller) -> N
     noted_keys = {message.split(" ", 1)[0] for message in noted}
     for key, step in first_steps.items():
         if key not in noted_keys:
-            queue.run_event_record(
+            run_writes.run_event_record(
                 run=run,
                 verb="not_finite",
                 door=DOOR,

@@ -70,7 +70,7 @@ def _run_requeue(*, run_id: int, attempt: int, message: str, actor_label: str = 
     abandoned, preempted): the same run goes back to the queue with the next attempt and is
     offered to the pool again at once, keeping its slot; after its last attempt it fails."""
     from marin_site.doors import Door
-    from runs.queue import run_transition
+    from runs.services.runs import run_transition
 
     run = Run.objects.select_for_update().get(pk=run_id)
     if run.state != RunState.RUNNING or run.attempt != attempt:
@@ -168,8 +168,10 @@ def leases_expire_stale(*, pool: Pool | None = None) -> int:
 def lease_acquire(*, agent: Agent) -> Lease | None:
     """Lease the oldest run offered to the agent's pool, or None when there is none."""
     from marin_site.doors import Door
-    from runs.queue import PYTHON_PLACEHOLDER, run_command, run_token, run_transition
-    from runs.queue import token_hash as run_token_hash
+    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command
+    from runs.services.runs import run_transition
+    from runs.tokens import run_token
+    from runs.tokens import token_hash as run_token_hash
 
     pool = agent.pool
     try:
@@ -255,7 +257,7 @@ def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
 def lease_offer(*, lease: Lease) -> dict[str, Any]:
     """What the agent needs to execute the leased run. Only this run's token; never the
     site's own secrets (the job inherits the agent's environment for its own)."""
-    from runs.queue import PYTHON_PLACEHOLDER, run_config_file, run_job_env
+    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_config_file, run_job_env
 
     run = lease.run  # as lease_acquire left it: its command is the argv, joined
     return {
@@ -462,7 +464,7 @@ def lease_report(*, agent: Agent, lease_id: int, report: LeaseReport) -> Run:
     run that already ended by its own report keeps that ending. A lease that expired or
     ended is refused (409): its run belongs to someone else now."""
     from marin_site.doors import Door
-    from runs.queue import run_transition
+    from runs.services.runs import run_transition
 
     _refuse_if_expired(agent=agent, lease_id=lease_id)
     to_state, failure_kind, message = lease_report_classify(report)
@@ -508,7 +510,7 @@ def run_reconcile_leased(*, run_id: int) -> Run:
     requeued); a run past its time limit fails (its agent, told 409, stops the job); a run
     with no open lease (its lease ended but did not settle it) is requeued."""
     from marin_site.doors import Door
-    from runs.queue import run_transition
+    from runs.services.runs import run_transition
 
     run = Run.objects.get(pk=run_id)
     if run.state != RunState.RUNNING:

@@ -47,7 +47,7 @@ def _secret(prefix: str) -> str:
 
 
 def _hash(token: str) -> str:
-    from runs.queue import token_hash
+    from runs.tokens import token_hash
 
     return token_hash(token)
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from marin_site.doors import Door
 from proposals.models import Event
-from runs import queue
 from runs.models import RecipeEvent, RunEvent
+from runs.services import runs as run_writes
 
 
 def test_every_timeline_names_its_door_from_the_one_enum() -> None:
-    assert queue.Door is Door
+    assert run_writes.Door is Door
     for model in (Event, RunEvent, RecipeEvent):
         assert model._meta.get_field("door").choices == Door.choices, model
 

@@ -13,8 +13,8 @@ from rest_framework.test import APIClient
 
 from proposals import services
 from proposals.models import Event, Proposal, Review, State
-from runs import queue
 from runs.models import PlanLaunch, Run, RunEvent, RunState
+from runs.services import dispatch
 from tests.factories import (
     WALKTHROUGH_SPEC,
     CommentFactory,
@@ -276,7 +276,7 @@ def _launched(author: Any, maintainer: Any, recipe: Any) -> Proposal:
     services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
     proposal.refresh_from_db()
     assert proposal.plan_id is not None
-    queue.plan_expand(plan_id=proposal.plan_id)
+    dispatch.plan_expand(plan_id=proposal.plan_id)
     return proposal
 
 

@@ -16,8 +16,8 @@ from rest_framework.test import APIClient
 
 from proposals.export import COLUMN_NAMES, csv_cell
 from proposals.models import Confidence, Label, Outcome, Proposal, State
-from runs import services as run_services
 from runs.models import FailureKind, MetricSummary, Plan, Run, RunState
+from runs.services import plans as plan_services
 from tests.factories import ProposalFactory
 
 pytestmark = pytest.mark.django_db
@@ -53,7 +53,7 @@ EXPECTED_COLUMNS = [
 
 
 def _approved_with_plan(proposal: Proposal) -> Plan:
-    plan = run_services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=proposal.recipe,
         baseline={},
         spec_text="axes:\n  weight_decay: [0.0, 0.1]\n",
@@ -113,7 +113,7 @@ def tried(recipe: Any, contributor: Any) -> dict[str, Any]:
     # a killed run is not a failure; a run of a plan without a proposal still shows
     worked_plan = _approved_with_plan(worked)
     _run(worked_plan, 0, RunState.KILLED)
-    orphan_plan = run_services.plan_freeze(
+    orphan_plan = plan_services.plan_freeze(
         recipe=recipe, baseline={}, spec_text="", budget_accelerator_hours=None
     )
     orphan = _run(orphan_plan, 0, RunState.FAILED, failure_kind=FailureKind.CODE)

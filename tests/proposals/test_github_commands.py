@@ -9,8 +9,8 @@ import pytest
 from proposals import services
 from proposals.github.commands import Command, commands_in
 from proposals.models import GitHubOutbox, Proposal, State
-from runs import queue
 from runs.models import PlanLaunch, Run, RunEvent, RunState
+from runs.services import dispatch
 from tests.factories import ProposalFactory
 from tests.proposals.github_support import (
     comment_delivery,
@@ -162,7 +162,7 @@ def test_cancel_by_command_stops_the_plan(linked: Proposal, client: Any, maintai
     services.proposal_transition(proposal_id=linked.pk, action="approve", actor=maintainer)
     linked.refresh_from_db()
     assert linked.plan_id is not None
-    queue.plan_expand(plan_id=linked.plan_id)
+    dispatch.plan_expand(plan_id=linked.plan_id)
     proposal = linked
     answer = _say(client, linked, "/cancel", "maxine", 20)
     assert answer.startswith("@maxine `/cancel`: done")

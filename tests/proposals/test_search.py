@@ -23,8 +23,8 @@ from proposals.query_language import (
     Text,
     parse_query,
 )
-from runs import services as run_services
 from runs.models import FailureKind, MetricSummary, Plan, Run, RunState
+from runs.services import plans as plan_services
 from tests.factories import ProposalFactory, UserFactory
 
 ON_POSTGRES = connection.vendor == "postgresql"
@@ -230,7 +230,7 @@ def test_random_input_never_raises_anything_but_a_syntax_error() -> None:
 
 
 def _plan(proposal: Proposal, *, spec: str, baseline: dict[str, Any] | None = None) -> Plan:
-    plan = run_services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=proposal.recipe,
         baseline=baseline or {},
         spec_text=spec,

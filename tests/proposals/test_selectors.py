@@ -17,8 +17,8 @@ from proposals.selectors import (
     proposal_timeline_recent,
     timeline_entries,
 )
-from runs import queue
 from runs.models import Run, RunState
+from runs.services import runs as run_writes
 from tests.factories import ProposalFactory
 from tests.runs.runs_helpers import launched_plan
 
@@ -39,9 +39,9 @@ def test_the_timeline_merges_the_proposal_s_events_and_its_runs_in_time_order(
     services.event_record(proposal=launched, actor=maintainer, verb="approved", door=Door.WEB)
     run = Run.objects.filter(plan=launched.plan).order_by("entry__index").first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
     services.comment_create(proposal_id=launched.pk, author=maintainer, body="Started.")
-    queue.run_transition(
+    run_writes.run_transition(
         run_id=run.pk, to_state=RunState.FAILED, door=Door.RUNNER, failure_kind="oom"
     )
 
@@ -87,7 +87,7 @@ def test_the_status_text_is_the_same_in_the_answer_the_status_comment_and_the_is
     )
     run = Run.objects.filter(plan=launched.plan).order_by("entry__index").first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
     launched.refresh_from_db()
 
     text = proposal_status_text(launched)

@@ -11,9 +11,10 @@ from marin_site.doors import Door
 from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
 from proposals import services
 from proposals.models import Amendment, Event, Proposal, Review, State
-from runs import queue
 from runs.models import Plan, PlanEntry, PlanLaunch, Run, RunEvent, RunState
-from runs.services import recipe_update
+from runs.services import dispatch, reconcile
+from runs.services import runs as run_writes
+from runs.services.recipes import recipe_update
 from tests.concurrency import race
 from tests.factories import ProposalFactory, UserFactory
 
@@ -286,12 +287,12 @@ def _launched(contributor: Any, maintainer: Any, recipe: Any, **fields: Any) -> 
     services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
     proposal.refresh_from_db()
     assert proposal.plan_id is not None
-    queue.plan_expand(plan_id=proposal.plan_id)
+    dispatch.plan_expand(plan_id=proposal.plan_id)
     return proposal
 
 
 def _start(run: Run) -> None:
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
 
 
 @pytest.mark.parametrize(("action", "who"), [("cancel", "maintainer"), ("withdraw", "author")])
@@ -316,7 +317,7 @@ def test_cancel_or_withdrawal_stops_the_plan_with_the_proposal(
     assert running.state == RunState.RUNNING
     assert running.cancel_requested_at is not None
     assert runs.filter(cancel_requested_at__isnull=True).count() == 0
-    assert queue.runs_dispatch() == []
+    assert dispatch.runs_dispatch() == []
     kill = RunEvent.objects.filter(run__plan__proposal=proposal, verb="killed").first()
     assert kill is not None
     assert (kill.actor, kill.from_state, kill.door) == (actor, RunState.QUEUED, "web")
@@ -372,7 +373,7 @@ def test_reconciler_launches_an_approved_plan_whose_launch_was_lost(
     proposal.refresh_from_db()
     PlanLaunch.objects.filter(plan__proposal=proposal).delete()  # as a lost hand-off left it
 
-    queue.runs_reconcile()
+    reconcile.runs_reconcile()
 
     launch = PlanLaunch.objects.get(plan__proposal=proposal)
     assert launch.criteria == proposal.approved_criteria
@@ -387,7 +388,7 @@ def test_reconciler_cancels_the_plan_of_a_stopped_proposal_whose_cancel_was_lost
     proposal = _launched(contributor, maintainer, recipe)
     Proposal.objects.filter(pk=proposal.pk).update(state=state)  # the plan's cancel never ran
 
-    queue.runs_reconcile()
+    reconcile.runs_reconcile()
 
     assert PlanLaunch.objects.get(plan__proposal=proposal).canceled_at is not None
     states = set(Run.objects.filter(plan__proposal=proposal).values_list("state", flat=True))

@@ -13,8 +13,9 @@ from marin_site.doors import Door
 from proposals import services
 from proposals.models import Comment, Proposal, Review, State
 from proposals.services import event_record
-from runs import queue
 from runs.models import PlanLaunch, Run, RunEvent, RunState
+from runs.services import dispatch
+from runs.services import runs as run_writes
 from tests.factories import (
     WALKTHROUGH_SPEC,
     CommentFactory,
@@ -268,7 +269,7 @@ def _launched(author: Any, maintainer: Any, recipe: Any) -> Proposal:
     services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
     proposal.refresh_from_db()
     assert proposal.plan_id is not None
-    queue.plan_expand(plan_id=proposal.plan_id)
+    dispatch.plan_expand(plan_id=proposal.plan_id)
     return proposal
 
 
@@ -399,9 +400,9 @@ def test_a_run_finishing_and_a_run_canceled_show_on_the_proposal_timeline(
         recipe=recipe, state=State.APPROVED, author=contributor, plan=plan
     )
     first, second = Run.objects.filter(plan=plan).order_by("entry__index")
-    queue.run_transition(run_id=first.pk, to_state=RunState.RUNNING, door=Door.WORKER)
-    queue.run_transition(run_id=first.pk, to_state=RunState.FINISHED, door=Door.RUNNER)
-    queue.run_cancel(run_id=second.pk, actor=maintainer, door=Door.WEB)
+    run_writes.run_transition(run_id=first.pk, to_state=RunState.RUNNING, door=Door.WORKER)
+    run_writes.run_transition(run_id=first.pk, to_state=RunState.FINISHED, door=Door.RUNNER)
+    run_writes.run_cancel(run_id=second.pk, actor=maintainer, door=Door.WEB)
 
     html = client.get(proposal.get_absolute_url()).content.decode()
     timeline = html.split('id="timeline-heading"')[1]

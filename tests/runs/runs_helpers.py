@@ -14,8 +14,9 @@ from celery.contrib.testing.worker import start_worker
 from django.db import OperationalError, transaction
 
 from marin_site.celery import app
-from runs import queue, services
 from runs.models import Plan, Recipe
+from runs.services import dispatch
+from runs.services import plans as plan_services
 
 FAST_BASELINE = {"steps": 12, "width": 32}
 CRITERIA = {"metric": "eval/loss", "direction": "lower", "threshold": 0.01}
@@ -32,7 +33,7 @@ def frozen_plan(
     baseline: dict[str, Any] | None = None,
     budget: float | None = None,
 ) -> Plan:
-    return services.plan_freeze(
+    return plan_services.plan_freeze(
         recipe=recipe,
         baseline=FAST_BASELINE if baseline is None else baseline,
         spec_text=spec,
@@ -50,8 +51,8 @@ def launched_plan(recipe: Recipe, spec: str = TWO_POINT_SPEC, **kwargs: Any) -> 
     plan = frozen_plan(recipe, spec, **kwargs)
     with transaction.atomic():
         criteria = launch_kwargs.pop("criteria", CRITERIA)
-        services.plan_launch(plan_id=plan.pk, criteria=criteria, **launch_kwargs)
-    queue.plan_expand(plan_id=plan.pk)
+        plan_services.plan_launch(plan_id=plan.pk, criteria=criteria, **launch_kwargs)
+    dispatch.plan_expand(plan_id=plan.pk)
     return plan
 
 

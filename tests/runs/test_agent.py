@@ -17,10 +17,12 @@ import pytest
 from django.contrib.auth.models import User
 
 from runs import agent as agent_program
-from runs import queue
+from runs import tokens
 from runs.models import PlanLaunch, Recipe, Run, RunState
 from runs.pools import leases, services
 from runs.pools.models import Lease, LeaseEnd
+from runs.services import dispatch
+from runs.services import runs as run_writes
 from tests.runs.pools.pool_helpers import ONE_RUN, make_pool
 from tests.runs.runs_helpers import launched_plan, wait_for
 
@@ -68,7 +70,7 @@ def start_agent(
     pool = make_pool(owner)
     plan = launched_plan(Recipe.objects.get(), ONE_RUN, executor=pool.executor, **launch)
     PlanLaunch.objects.filter(plan=plan).update(command_template=command)
-    queue.runs_dispatch()
+    dispatch.runs_dispatch()
     _row, token = services.registration_token_create(actor=owner, pool_id=pool.pk)
     state = tmp_path / "agent.json"
     base = [sys.executable, "-I", str(AGENT), "--state", str(state)]
@@ -115,7 +117,7 @@ def test_sigterm_to_the_agent_stops_the_job_and_reports_it_preempted(
     assert env["RUN_API_URL"] == f"{site}/api/v1/"
     assert env["RUN_ATTEMPT"] == "1"
     assert "RUN_GIT_SHA" in env
-    assert env["RUN_TOKEN"] == queue.run_token(run=Run(pk=run.pk, attempt=1))
+    assert env["RUN_TOKEN"] == tokens.run_token(run=Run(pk=run.pk, attempt=1))
     assert (tmp_path / "work" / f"run-{run.pk}" / "attempt-1" / "marin_run_client.py").exists()
 
 
@@ -125,7 +127,7 @@ def test_a_canceled_run_s_job_is_stopped_and_reported_killed(
     proc, run = start_agent(site, tmp_path, PATIENT)
     leased_job_env(tmp_path, run)
 
-    queue.run_cancel(run_id=run.pk, actor=maintainer)
+    run_writes.run_cancel(run_id=run.pk, actor=maintainer)
 
     assert proc.wait(timeout=30) == 0
     run.refresh_from_db()

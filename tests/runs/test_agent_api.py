@@ -11,7 +11,7 @@ from django.contrib.auth.models import User
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs import queue
+from runs import tokens
 from runs.models import Run, RunEvent, RunState
 from runs.pools import leases, services
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken
@@ -77,7 +77,7 @@ def test_a_registration_token_turns_into_a_credential_stored_hashed(pool: Pool) 
     )
     assert body["credential"].startswith("magent_")
     assert body["credential"] not in agent.credential_hash
-    assert agent.credential_hash == queue.token_hash(body["credential"])
+    assert agent.credential_hash == tokens.token_hash(body["credential"])
     assert RegistrationToken.objects.get(pool=pool).uses == 1
 
 
@@ -148,7 +148,7 @@ def test_a_poll_with_work_answers_the_lease_and_the_job(recipe: Any, pool: Pool)
     run = Run.objects.get(pk=offer["run"]["id"])
     assert run.state == RunState.RUNNING
     assert offer["lease"]["id"] == Lease.objects.get(agent=agent).pk
-    assert offer["job"]["env"]["RUN_TOKEN"] == queue.run_token(run=run)
+    assert offer["job"]["env"]["RUN_TOKEN"] == tokens.run_token(run=run)
     assert offer["job"]["argv"][0] == "{python}"
 
 
@@ -342,7 +342,7 @@ def test_a_job_of_a_lost_lease_is_told_409_for_anything_it_sends(
     leased: tuple[Lease, str], pool: Pool
 ) -> None:
     lease, _ = leased
-    old_token = queue.run_token(run=Run.objects.get(pk=lease.run_id))
+    old_token = tokens.run_token(run=Run.objects.get(pk=lease.run_id))
     expire(lease)
     leases.leases_expire_stale()
     other, _ = make_agent(pool, "host-b")
@@ -366,7 +366,7 @@ def test_a_job_of_a_lost_lease_is_told_409_for_anything_it_sends(
 def test_another_run_s_token_is_refused_with_403(leased: tuple[Lease, str], recipe: Any) -> None:
     lease, _ = leased
     other = Run.objects.exclude(pk=lease.run_id).first() or Run.objects.get(pk=lease.run_id)
-    token = queue.run_token(run=Run.objects.get(pk=lease.run_id))
+    token = tokens.run_token(run=Run.objects.get(pk=lease.run_id))
 
     response = bearer(token).post(f"/api/v1/runs/{other.pk + 1000}/heartbeat/", {}, format="json")
 
@@ -423,7 +423,7 @@ def test_the_owner_gets_a_registration_token_shown_once(pool: Pool) -> None:
     assert response.status_code == 201
     token = response.json()["token"]
     row = RegistrationToken.objects.get(pool=pool)
-    assert row.token_hash == queue.token_hash(token)
+    assert row.token_hash == tokens.token_hash(token)
     assert token not in str(client.get(f"/api/v1/pools/{pool.name}/").json())
     stranger = APIClient()
     stranger.force_authenticate(User.objects.create_user("mallory"))

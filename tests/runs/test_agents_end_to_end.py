@@ -32,7 +32,7 @@ from django.contrib.auth.models import User
 
 from proposals.models import Proposal
 from proposals.services import proposal_transition
-from runs import queue, tasks
+from runs import tasks, tokens
 from runs.models import MetricPoint, PlanLaunch, Run, RunEvent, RunState
 from runs.pools import services
 from runs.pools.models import Agent, Lease, LeaseEnd, Pool
@@ -162,7 +162,7 @@ def test_two_agents_run_a_plan_and_survive_one_of_them_dying(
         assert agents[0].proc is not None
         agents[0].proc.send_signal(signal.SIGKILL)
         agents[0].proc.wait(timeout=10)
-        old_token = queue.run_token(run=Run.objects.get(pk=victim_lease.run_id))
+        old_token = tokens.run_token(run=Run.objects.get(pk=victim_lease.run_id))
 
         def plan_done() -> bool:
             tasks.reconcile_task.delay()  # what beat sends, through Redis

@@ -8,8 +8,9 @@ import pytest
 from django.test import Client
 from rest_framework.test import APIClient
 
-from runs import queue
+from runs import tokens
 from runs.models import Run, RunArtifact, RunState
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
@@ -19,14 +20,14 @@ pytestmark = pytest.mark.django_db
 def running(recipe: Any) -> tuple[Run, APIClient]:
     plan = launched_plan(recipe, "")
     run = Run.objects.get(plan=plan)
-    queue.run_transition(
+    run_writes.run_transition(
         run_id=run.pk,
         to_state=RunState.RUNNING,
         door="worker",
-        changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
     )
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {queue.run_token(run=run)}")
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {tokens.run_token(run=run)}")
     return Run.objects.get(pk=run.pk), client
 
 
@@ -81,7 +82,7 @@ def test_a_bad_artifact_is_refused_naming_the_field(
 
 def test_a_finished_run_takes_no_artifacts(running: tuple[Run, APIClient]) -> None:
     run, runner = running
-    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="runner")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="runner")
 
     response = runner.post(
         f"/api/v1/runs/{run.pk}/artifacts/", {"kind": "link", "uri": "https://x.org"}, format="json"

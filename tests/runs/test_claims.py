@@ -14,8 +14,9 @@ from rest_framework.test import APIClient
 
 from proposals.models import Proposal
 from proposals.services import proposal_transition
-from runs import queue
+from runs import tokens
 from runs.models import Run, RunState
+from runs.services import dispatch, reconcile
 from tests.factories import ProposalFactory
 
 pytestmark = pytest.mark.django_db
@@ -32,7 +33,7 @@ def approved(contributor: Any, maintainer: Any, recipe: Any) -> Proposal:
     )
     proposal.refresh_from_db()
     assert proposal.plan_id is not None
-    queue.plan_expand(plan_id=proposal.plan_id)
+    dispatch.plan_expand(plan_id=proposal.plan_id)
     return proposal
 
 
@@ -63,7 +64,7 @@ def test_the_author_claims_a_queued_run_and_gets_command_config_and_token(
         contributor,
         "our lab, 8xA100",
     )
-    assert queue.run_token_matches(run=run, token=body["token"])
+    assert tokens.run_token_matches(run=run, token=body["token"])
     assert body["token"] not in run.token_hash
     assert body["config"] == run.config and body["config_hash"] == run.config_hash
     assert body["env"]["RUN_GIT_SHA"] == "cafebabe" * 5
@@ -174,10 +175,10 @@ def test_a_claimed_run_silent_past_its_timeout_is_crashed(
     settings.RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = 600
     run = the_run(approved)
     assert claim(contributor, run).status_code == 201
-    assert queue.run_reconcile(run_id=run.pk).state == RunState.RUNNING  # type: ignore[union-attr]
+    assert reconcile.run_reconcile(run_id=run.pk).state == RunState.RUNNING  # type: ignore[union-attr]
 
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=601))
-    queue.run_reconcile(run_id=run.pk)
+    reconcile.run_reconcile(run_id=run.pk)
 
     run.refresh_from_db()
     assert (run.state, run.failure_kind) == (RunState.CRASHED, "infra")
@@ -195,6 +196,6 @@ def test_the_page_claims_and_shows_the_token_once(approved: Proposal, contributo
     text = response.content.decode()
     token = text.split('<code id="run-token">')[1].split("<")[0]
     run.refresh_from_db()
-    assert queue.run_token_matches(run=run, token=token)
+    assert tokens.run_token_matches(run=run, token=token)
     assert token not in client.get(f"/runs/{run.pk}/").content.decode()
     assert "Run it yourself" not in Client().get(f"/runs/{run.pk}/").content.decode()

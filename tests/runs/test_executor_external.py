@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from runs import queue
 from runs.mlflow import services
 from runs.models import Run, RunState
+from runs.services import reconcile
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
@@ -29,17 +30,17 @@ def claimed(recipe: Any, maintainer: Any) -> Run:
 
 def test_a_claimed_run_silent_past_its_timeout_is_crashed(recipe: Any, maintainer: Any) -> None:
     run = claimed(recipe, maintainer)
-    assert queue.run_reconcile(run_id=run.pk).state == RunState.RUNNING  # type: ignore[union-attr]
+    assert reconcile.run_reconcile(run_id=run.pk).state == RunState.RUNNING  # type: ignore[union-attr]
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(hours=1))
-    settled = queue.run_reconcile(run_id=run.pk)
+    settled = reconcile.run_reconcile(run_id=run.pk)
     assert settled is not None and settled.state == RunState.CRASHED
     assert settled.failure_kind == "infra"
 
 
 def test_a_claimed_run_is_killed_once_canceled(recipe: Any, maintainer: Any) -> None:
     run = claimed(recipe, maintainer)
-    queue.run_cancel(run_id=run.pk, actor=maintainer)
-    settled = queue.run_reconcile(run_id=run.pk)
+    run_writes.run_cancel(run_id=run.pk, actor=maintainer)
+    settled = reconcile.run_reconcile(run_id=run.pk)
     assert settled is not None and settled.state == RunState.KILLED
 
 

@@ -23,10 +23,11 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 
-from runs import queue, services
 from runs.executors import ExecutorError, JobSpec, JobState
 from runs.executors.ray import RayExecutor, ray_status
 from runs.models import MetricPoint, PlanLaunch, Run, RunState
+from runs.services import plans as plan_services
+from runs.services import reconcile
 from tests.runs.runs_helpers import (  # noqa: F401
     eager_tasks,
     frozen_plan,
@@ -174,7 +175,7 @@ def test_tiny_recipe_runs_on_ray_and_a_job_stopped_behind_our_back_crashes(
     # The run stopped behind our back trains for long enough to be stopped mid-way (ten
     # steps can finish before the stop lands); the other trains ten steps to the end.
     plan = frozen_plan(recipe, "axes:\n  steps: [5000]\n", baseline={"steps": 10, "width": 32})
-    services.plan_launch(plan_id=plan.pk, executor="ray")  # eager: expands and dispatches
+    plan_services.plan_launch(plan_id=plan.pk, executor="ray")  # eager: expands and dispatches
     runs = list(Run.objects.filter(plan=plan).order_by("pk"))
     assert [run.state for run in runs] == [RunState.RUNNING, RunState.RUNNING]
     trained, stopped = sorted(runs, key=lambda run: run.config["steps"])
@@ -184,7 +185,7 @@ def test_tiny_recipe_runs_on_ray_and_a_job_stopped_behind_our_back_crashes(
     executor.cancel(stopped.external_id)  # someone stops the job in Ray, not through us
 
     def settled() -> bool:
-        queue.runs_reconcile()
+        reconcile.runs_reconcile()
         return not Run.objects.filter(plan=plan, state=RunState.RUNNING).exists()
 
     wait_for(settled, timeout=90, every=1.0)

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from runs.demo_recipes import MARIN_MOE, TINY_MOE
 from runs.models import Recipe
 from runs.recipe_files import RECIPES_DIR
-from runs.services import RECIPE_FIELDS
+from runs.services.recipes import RECIPE_FIELDS
 from tests.factories import RecipeFactory
 
 pytestmark = pytest.mark.django_db

@@ -11,9 +11,10 @@ from django.core.cache import cache
 from django.test import Client
 from rest_framework.test import APIClient
 
-from runs import metric_declarations, queue, run_table
+from runs import metric_declarations, run_table, tokens
 from runs.demo_recipes import MARIN_MOE, TINY_MOE
 from runs.models import MetricPoint, Recipe, Run, RunState
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -49,13 +50,13 @@ def running(recipe: Recipe) -> tuple[Run, str]:
     recipe.save()
     run = Run.objects.filter(plan=launched_plan(recipe)).order_by("pk").first()
     assert run is not None
-    run = queue.run_transition(
+    run = run_writes.run_transition(
         run_id=run.pk,
         to_state=RunState.RUNNING,
         door="worker",
-        changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
     )
-    return run, queue.run_token(run=run)
+    return run, tokens.run_token(run=run)
 
 
 def send(run: Run, token: str, points: list[tuple[str, int, float]]) -> Any:

@@ -11,8 +11,11 @@ from django.core.cache import cache
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from runs import metrics, queue
+from runs import tokens
+from runs.metrics import ingest as metric_writes
+from runs.metrics import parse as metrics_parse
 from runs.models import MetricPoint, MetricSummary, Run, RunState
+from runs.services import runs as run_writes
 from tests.concurrency import race
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
@@ -26,13 +29,13 @@ def _fresh_rate_windows() -> None:
 
 def start(run: Run) -> tuple[Run, str]:
     """Mark a queued run running as dispatch would (without an executor) and give its token."""
-    run = queue.run_transition(
+    run = run_writes.run_transition(
         run_id=run.pk,
         to_state=RunState.RUNNING,
         door="worker",
-        changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
     )
-    return run, queue.run_token(run=run)
+    return run, tokens.run_token(run=run)
 
 
 @pytest.fixture
@@ -173,8 +176,8 @@ def test_two_ingests_of_the_same_points_at_once_store_and_count_each_once(
     run, _token = running
 
     def ingest(steps: range) -> int:
-        parsed = metrics.points_parse(data=batch("train/loss", steps))
-        return metrics.metrics_ingest(run=run, batch=parsed)
+        parsed = metrics_parse.points_parse(data=batch("train/loss", steps))
+        return metric_writes.metrics_ingest(run=run, batch=parsed)
 
     assert race(lambda: ingest(range(10)), lambda: ingest(range(5, 15))) == (10, 10)
 
@@ -185,13 +188,13 @@ def test_two_ingests_of_the_same_points_at_once_store_and_count_each_once(
 
 
 def test_order_and_fold() -> None:
-    batch = metrics.PointBatch(
+    batch = metrics_parse.PointBatch(
         ["b", "a", "b", "a", "a"],
         [2, 7, 1, 3, 5],
         [2.0, 7.0, 1.0, 3.0, -5.0],
         [None, 1.8e9, None, None, None],
     )
-    ordered, folds = metrics.points_order_and_fold(batch)
+    ordered, folds = metric_writes.points_order_and_fold(batch)
     assert list(zip(ordered.keys, ordered.steps, ordered.values, ordered.times, strict=True)) == [
         ("a", 3, 3.0, None),
         ("a", 5, -5.0, None),
@@ -200,19 +203,21 @@ def test_order_and_fold() -> None:
         ("b", 2, 2.0, None),
     ]
     assert folds == [
-        metrics.KeyFold(key="a", last=7.0, min=-5.0, max=7.0, step=7, count=3, first=3),
-        metrics.KeyFold(key="b", last=2.0, min=1.0, max=2.0, step=2, count=2, first=1),
+        metric_writes.KeyFold(key="a", last=7.0, min=-5.0, max=7.0, step=7, count=3, first=3),
+        metric_writes.KeyFold(key="b", last=2.0, min=1.0, max=2.0, step=2, count=2, first=1),
     ]
 
 
 def test_portable_path_matches(running: tuple[Run, str]) -> None:
     """SQLite's path (the embedded default), run here on PostgreSQL: same results."""
     run, _ = running
-    points = metrics.PointBatch(["a", "a", "b"], [0, 1, 0], [2.0, 1.0, 5.0], [None, 1.8e9, None])
-    assert metrics._ingest_portable(run_id=run.pk, batch=points) == 2
-    assert metrics._ingest_portable(run_id=run.pk, batch=points) == 0  # a resent batch
-    changed = metrics.PointBatch(["a"], [0], [0.5], [None])
-    assert metrics._ingest_portable(run_id=run.pk, batch=changed) == 1
+    points = metrics_parse.PointBatch(
+        ["a", "a", "b"], [0, 1, 0], [2.0, 1.0, 5.0], [None, 1.8e9, None]
+    )
+    assert metric_writes.ingest_portable(run_id=run.pk, batch=points) == 2
+    assert metric_writes.ingest_portable(run_id=run.pk, batch=points) == 0  # a resent batch
+    changed = metrics_parse.PointBatch(["a"], [0], [0.5], [None])
+    assert metric_writes.ingest_portable(run_id=run.pk, batch=changed) == 1
     summary = MetricSummary.objects.get(run=run, key="a")
     assert (summary.count, summary.last, summary.step, summary.min, summary.max) == (
         2,
@@ -357,7 +362,7 @@ def test_rate_over_the_per_run_limit_is_429_with_retry_after(
 
 def test_metrics_for_a_finished_run_are_refused(api: APIClient, running: tuple[Run, str]) -> None:
     run, token = running
-    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     assert post(api, run, token, "metrics/", batch("a", range(1))).status_code == 409
 
 
@@ -370,7 +375,7 @@ def test_heartbeat_records_and_reports_cancel(
     assert response.json() == {"state": "running", "cancel_requested": False}
     run.refresh_from_db()
     assert run.heartbeat_at is not None
-    queue.run_cancel(run_id=run.pk, actor=maintainer)
+    run_writes.run_cancel(run_id=run.pk, actor=maintainer)
     assert post(api, run, token, "heartbeat/", {}).json()["cancel_requested"] is True
 
 

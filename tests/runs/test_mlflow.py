@@ -13,8 +13,10 @@ from django.db import connections
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from runs import queue
+from runs import tokens
 from runs.models import MetricPoint, MetricSummary, Run, RunEvent, RunState
+from runs.services import dispatch
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -46,13 +48,13 @@ def _mlflow_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def running_run(recipe: Any) -> tuple[Run, str]:
     run = Run.objects.filter(plan=launched_plan(recipe)).order_by("pk").first()
     assert run is not None
-    run = queue.run_transition(
+    run = run_writes.run_transition(
         run_id=run.pk,
         to_state=RunState.RUNNING,
         door="worker",
-        changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
     )
-    return run, queue.run_token(run=run)
+    return run, tokens.run_token(run=run)
 
 
 @pytest.fixture
@@ -423,7 +425,7 @@ def test_metrics_after_the_run_ended_are_refused(job: tuple[Run, str], live_serv
 def test_an_ended_or_expired_run_token_writes_nothing_through_mlflow(
     job: tuple[Run, str], live_server: Any, settings: Any
 ) -> None:
-    """The runner doors' token rule (queue.run_token_refusal) holds at the MLflow door too:
+    """The runner doors' token rule (tokens.run_token_refusal) holds at the MLflow door too:
     409 once the run is terminal, whatever the write; 401 past its time limit and grace."""
     run, token = job
     writes = (
@@ -444,7 +446,7 @@ def test_an_ended_or_expired_run_token_writes_nothing_through_mlflow(
         assert expired.status_code == 401, (path, expired.text)
         assert expired.json()["error_code"] == "UNAUTHENTICATED"
     Run.objects.filter(pk=run.pk).update(started_at=timezone.now())
-    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     before = stored(run)
     for path, body in writes:
         ended = call(live_server, "POST", path, body, token)
@@ -499,7 +501,7 @@ def test_metric_history_pages(job: tuple[Run, str], live_server: Any) -> None:
 def test_a_launched_job_is_told_where_mlflow_reports(recipe: Any, settings: Any) -> None:
     settings.RUNS_MLFLOW_TRACKING_URI = "https://site.example/mlflow"
     run, token = running_run(recipe)
-    env = queue.run_job_spec(run=run).env
+    env = dispatch.run_job_spec(run=run).env
     assert env["MLFLOW_TRACKING_URI"] == "https://site.example/mlflow"
     assert env["MLFLOW_TRACKING_TOKEN"] == token == env["RUN_TOKEN"]
     assert env["MLFLOW_EXPERIMENT_ID"] == str(run.plan_id)

@@ -10,10 +10,13 @@ import orjson
 import pytest
 from django.test import Client
 
-from runs import charts_png, metrics, presentation, queue, results, series
+from runs import charts_png, presentation, results
 from runs.metric_declarations import MetricDeclaration
-from runs.metrics import PointBatch
+from runs.metrics import ingest
+from runs.metrics.parse import PointBatch
 from runs.models import Run, RunState
+from runs.series import rollup
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
@@ -50,14 +53,14 @@ def _report(run: Run, values: list[float]) -> None:
         values=values,
         times=[None] * len(values),
     )
-    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
-    series.series_refresh(run_id=run.pk)
+    ingest.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
+    rollup.series_refresh(run_id=run.pk)
 
 
 def _finish(run: Run, values: list[float]) -> None:
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     _report(run, values)
-    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
 
 
 def test_the_run_table_the_charts_and_the_png_label_runs_alike(client: Client, recipe: Any) -> None:

@@ -9,8 +9,8 @@ from django.contrib.auth.models import AnonymousUser
 
 from marin_site.doors import Door
 from marin_site.errors import ActionForbidden
-from runs import queue
 from runs.models import Run, RunEvent, RunState
+from runs.services import runs as run_writes
 from tests.factories import UserFactory
 from tests.runs.runs_helpers import launched_plan
 
@@ -23,14 +23,18 @@ def runs(recipe: Any) -> list[Run]:
 
 
 def _finish(run: Run) -> None:
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
-    queue.run_transition(run_id=run.pk, to_state=RunState.FAILED, door=Door.RUNNER)
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.FAILED, door=Door.RUNNER)
 
 
 @pytest.mark.parametrize("who", [None, "anonymous", "contributor", "reviewer"])
 @pytest.mark.parametrize(
     ("service", "verb"),
-    [(queue.run_cancel, "cancel"), (queue.run_rerun, "rerun"), (queue.run_retry, "retry")],
+    [
+        (run_writes.run_cancel, "cancel"),
+        (run_writes.run_rerun, "rerun"),
+        (run_writes.run_retry, "retry"),
+    ],
 )
 def test_run_actions_are_refused_without_the_permission(
     runs: list[Run], who: str | None, service: Any, verb: str
@@ -56,7 +60,11 @@ def test_run_actions_are_refused_without_the_permission(
 
 @pytest.mark.parametrize(
     ("service", "verb"),
-    [(queue.run_cancel, "cancel"), (queue.run_rerun, "rerun"), (queue.run_retry, "retry")],
+    [
+        (run_writes.run_cancel, "cancel"),
+        (run_writes.run_rerun, "rerun"),
+        (run_writes.run_retry, "retry"),
+    ],
 )
 def test_a_maintainer_may_act_on_runs(
     runs: list[Run], maintainer: Any, service: Any, verb: str
@@ -70,12 +78,12 @@ def test_a_maintainer_may_act_on_runs(
 
 def test_a_superuser_is_a_maintainer(runs: list[Run]) -> None:
     root = UserFactory.create(username="root", is_superuser=True)
-    queue.run_cancel(run_id=runs[0].pk, actor=root)
+    run_writes.run_cancel(run_id=runs[0].pk, actor=root)
     assert Run.objects.get(pk=runs[0].pk).state == RunState.KILLED
 
 
 def test_the_runs_of_a_canceled_plan_are_stopped_by_the_plan_s_cancel(runs: list[Run]) -> None:
-    from runs.services import plan_cancel
+    from runs.services.plans import plan_cancel
 
     assert plan_cancel(plan_id=runs[0].plan_id, door=Door.GITHUB) == 2
     assert {r.state for r in Run.objects.filter(plan_id=runs[0].plan_id)} == {RunState.KILLED}

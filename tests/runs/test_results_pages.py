@@ -14,9 +14,11 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from proposals.models import State
-from runs import metrics, queue, series
-from runs.metrics import PointBatch
+from runs.metrics import ingest
+from runs.metrics.parse import PointBatch
 from runs.models import Plan, Run, RunState
+from runs.series import rollup
+from runs.services import runs as run_writes
 from tests.factories import ProposalFactory
 from tests.runs.runs_helpers import FAST_BASELINE, launched_plan
 
@@ -51,13 +53,13 @@ def _report(run: Run, key: str, values: list[float], *, every: int = 10, first: 
     batch = PointBatch(
         keys=[key] * len(values), steps=steps, values=values, times=[None] * len(values)
     )
-    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
-    series.series_refresh(run_id=run.pk)
+    ingest.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
+    rollup.series_refresh(run_id=run.pk)
 
 
 def _move(run: Run, *states: str) -> None:
     for state in states:
-        queue.run_transition(run_id=run.pk, to_state=state, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=state, door="worker")
 
 
 def _runs(plan: Plan) -> list[Run]:
@@ -463,7 +465,7 @@ def test_loss_png_is_not_cached_while_the_rollup_catches_up(client: Client, reci
     _move(run, RunState.RUNNING)
     _report(run, "train/loss", [4.0, 3.5])
     batch = PointBatch(keys=["train/loss"], steps=[30], values=[3.0], times=[None])
-    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)  # not refreshed yet
+    ingest.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)  # not refreshed yet
     response = client.get(f"/plans/{plan.pk}/loss.png")
     assert response.status_code == 200
     assert "ETag" not in response

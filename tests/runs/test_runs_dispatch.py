@@ -19,10 +19,16 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from marin_site.celery import app
-from runs import queue, services
+from runs import tokens
 from runs.executors import JobState, JobStatus
 from runs.executors.local import LocalExecutor
+from runs.metrics import ingest
+from runs.metrics import parse as metrics_parse
 from runs.models import Plan, PlanLaunch, Run, RunEvent, RunState
+from runs.services import dispatch as dispatching
+from runs.services import plans as plan_services
+from runs.services import reconcile
+from runs.services import runs as run_writes
 from tests.concurrency import race
 from tests.runs.runs_helpers import eager_tasks, launched_plan, wait_for  # noqa: F401
 
@@ -52,13 +58,13 @@ def with_command(plan: Plan, template: str) -> Plan:
 
 def dispatch(capture: Any) -> list[int]:
     with capture(execute=True):
-        return queue.runs_dispatch()
+        return dispatching.runs_dispatch()
 
 
 def settle(run: Run, until: set[str], capture: Any, timeout: float = 20) -> Run:
     def reconciled() -> Run | None:
         with capture(execute=True):
-            queue.run_reconcile(run_id=run.pk)
+            reconcile.run_reconcile(run_id=run.pk)
         run.refresh_from_db()
         return run if run.state in until else None
 
@@ -73,7 +79,7 @@ def test_queued_runs_start_and_finish(recipe: Any, django_capture_on_commit_call
         assert run.state == RunState.RUNNING
         assert run.external_id == run.output_path
         assert run.token_hash
-        assert run.token_hash != queue.run_token(run=run)
+        assert run.token_hash != tokens.run_token(run=run)
         done = settle(run, {RunState.FINISHED, RunState.FAILED}, django_capture_on_commit_callbacks)
         assert done.state == RunState.FINISHED, LocalExecutor().logs(run.external_id)
         config = json.loads((Path(run.output_path) / "config.json").read_text())
@@ -167,7 +173,7 @@ def test_duplicate_dispatch_starts_each_job_once(
     dispatch(django_capture_on_commit_callbacks)
     assert dispatch(django_capture_on_commit_callbacks) == []
     for run in Run.objects.filter(plan=plan):
-        assert queue.run_submit(run_id=run.pk) == run.external_id  # a duplicate delivery
+        assert dispatching.run_submit(run_id=run.pk) == run.external_id  # a duplicate delivery
         settle(run, {RunState.FINISHED}, django_capture_on_commit_callbacks)
         assert (Path(run.output_path) / "started").read_text() == "x"
         assert run.events.filter(verb="running").count() == 1
@@ -176,11 +182,11 @@ def test_duplicate_dispatch_starts_each_job_once(
 def test_cancel_a_queued_run_kills_it_at_once(recipe: Any, maintainer: Any) -> None:
     run = Run.objects.filter(plan=launched_plan(recipe)).first()
     assert run is not None
-    queue.run_cancel(run_id=run.pk, actor=maintainer)
+    run_writes.run_cancel(run_id=run.pk, actor=maintainer)
     run.refresh_from_db()
     assert run.state == RunState.KILLED
     assert run.cancel_requested_at is not None
-    assert run.pk not in queue.runs_dispatch()
+    assert run.pk not in dispatching.runs_dispatch()
 
 
 def test_cancel_a_running_run_stops_its_process(
@@ -192,7 +198,7 @@ def test_cancel_a_running_run_stops_its_process(
     assert run is not None
     wait_for((Path(run.output_path) / "child.json").exists)
     with django_capture_on_commit_callbacks(execute=True):
-        queue.run_cancel(run_id=run.pk, actor=maintainer)
+        run_writes.run_cancel(run_id=run.pk, actor=maintainer)
     run.refresh_from_db()
     assert run.state == RunState.RUNNING
     assert run.cancel_requested_at is not None
@@ -227,15 +233,13 @@ def test_a_local_job_ending_on_sigterm_from_outside_requeues_the_same_run(
 ) -> None:
     """Preemption: the run keeps its points and goes on as its next attempt, in a new
     working directory; a resent step overwrites (the upsert)."""
-    from runs import metrics
-
     plan = with_command(launched_plan(recipe, ONE_RUN), SLEEPER)
     dispatch(django_capture_on_commit_callbacks)
     run = Run.objects.get(plan=plan)
-    batch = metrics.points_parse(
+    batch = metrics_parse.points_parse(
         data={"points": [{"key": "train/loss", "step": s, "value": 1.0} for s in (1, 2)]}
     )
-    metrics.metrics_ingest(run=run, batch=batch)
+    ingest.metrics_ingest(run=run, batch=batch)
     wait_for((Path(run.output_path) / "child.json").exists)
     child = json.loads((Path(run.output_path) / "child.json").read_text())
 
@@ -249,9 +253,9 @@ def test_a_local_job_ending_on_sigterm_from_outside_requeues_the_same_run(
     assert (again.state, again.attempt) == (RunState.RUNNING, 2)
     assert again.output_path.endswith("attempt-2")
     assert again.points.count() == 2  # attempt 1's points are kept
-    metrics.metrics_ingest(
+    ingest.metrics_ingest(
         run=again,
-        batch=metrics.points_parse(
+        batch=metrics_parse.points_parse(
             data={"points": [{"key": "train/loss", "step": 2, "value": 0.5}]}
         ),
     )
@@ -314,7 +318,7 @@ def test_stale_heartbeat_is_crashed_and_its_job_stopped(
     wait_for((Path(run.output_path) / "child.json").exists)
     Run.objects.filter(pk=run.pk).update(heartbeat_timeout_seconds=0)
     with django_capture_on_commit_callbacks(execute=True):
-        queue.run_reconcile(run_id=run.pk)
+        reconcile.run_reconcile(run_id=run.pk)
     run.refresh_from_db()
     assert (run.state, run.failure_kind) == (RunState.CRASHED, "infra")
     assert "no heartbeat" in run.state_reason
@@ -335,7 +339,7 @@ def test_a_heartbeat_arriving_while_the_reconciler_looks_saves_the_run(
     wait_for((Path(run.output_path) / "child.json").exists)
     long_ago = timezone.now() - timedelta(hours=1)
     Run.objects.filter(pk=run.pk).update(heartbeat_timeout_seconds=60, heartbeat_at=long_ago)
-    token = queue.run_token(run=run)
+    token = tokens.run_token(run=run)
     poll = LocalExecutor.poll
 
     def poll_while_a_heartbeat_arrives(executor: LocalExecutor, external_id: str) -> JobStatus:
@@ -351,7 +355,7 @@ def test_a_heartbeat_arriving_while_the_reconciler_looks_saves_the_run(
 
     monkeypatch.setattr(LocalExecutor, "poll", poll_while_a_heartbeat_arrives)
     with django_capture_on_commit_callbacks(execute=True):
-        queue.run_reconcile(run_id=run.pk)
+        reconcile.run_reconcile(run_id=run.pk)
 
     run.refresh_from_db()
     assert (run.state, run.failure_kind) == (RunState.RUNNING, "")
@@ -371,7 +375,7 @@ def test_a_canceled_plan_s_running_job_is_stopped_after_commit(
     wait_for((Path(running.output_path) / "child.json").exists)
 
     with django_capture_on_commit_callbacks(execute=True):
-        assert services.plan_cancel(plan_id=plan.pk) == 2
+        assert plan_services.plan_cancel(plan_id=plan.pk) == 2
 
     assert Run.objects.get(plan=plan, state=RunState.KILLED).pk != running.pk
     executor = LocalExecutor()
@@ -389,13 +393,13 @@ def test_a_run_canceled_before_its_job_was_submitted_never_starts_it(
     plan = with_command(launched_plan(recipe), SLEEPER)
     run = Run.objects.filter(plan=plan).first()
     assert run is not None
-    queue.run_start(run_id=run.pk)  # committed; its on-commit submit has not run yet
-    services.plan_cancel(plan_id=plan.pk)
+    dispatching.run_start(run_id=run.pk)  # committed; its on-commit submit has not run yet
+    plan_services.plan_cancel(plan_id=plan.pk)
 
-    assert queue.run_submit(run_id=run.pk) == ""  # the late submit
-    assert not Path(queue.run_workdir(run=run)).exists()
+    assert dispatching.run_submit(run_id=run.pk) == ""  # the late submit
+    assert not Path(dispatching.run_workdir(run=run)).exists()
     with django_capture_on_commit_callbacks(execute=True):
-        queue.run_reconcile(run_id=run.pk)
+        reconcile.run_reconcile(run_id=run.pk)
     run.refresh_from_db()
     assert run.state == RunState.KILLED
     assert run.state_reason == "canceled before its job was submitted"
@@ -409,7 +413,7 @@ def test_two_dispatchers_at_once_start_no_more_than_the_plan_allows(recipe: Any)
     plan = with_command(launched_plan(recipe, max_concurrent_runs=1), SLEEPER)
     assert Run.objects.filter(plan=plan, state=RunState.QUEUED).count() == 2
 
-    first, second = race(queue.runs_dispatch, queue.runs_dispatch)
+    first, second = race(dispatching.runs_dispatch, dispatching.runs_dispatch)
 
     assert len(first) + len(second) == 1
     assert Run.objects.filter(plan=plan, state=RunState.RUNNING).count() == 1
@@ -424,7 +428,7 @@ def test_worker_killed_between_commit_and_submit_is_resubmitted(
     plan = with_command(launched_plan(recipe), QUICK)
     run = Run.objects.filter(plan=plan).first()
     assert run is not None
-    queue.run_start(run_id=run.pk)  # committed, but the on-commit submit never ran
+    dispatching.run_start(run_id=run.pk)  # committed, but the on-commit submit never ran
     run.refresh_from_db()
     assert run.state == RunState.RUNNING
     assert not run.external_id
@@ -440,7 +444,7 @@ def test_lost_dispatch_message_is_made_good_by_the_reconciler(
     PlanLaunch.objects.filter(plan=plan).update(expanded_at=None)
     Run.objects.filter(plan=plan).delete()  # neither the expansion nor the dispatch ran
     with django_capture_on_commit_callbacks(execute=True):
-        report = queue.runs_reconcile()
+        report = reconcile.runs_reconcile()
     assert report["expanded"] == 2
     assert report["started"] == 2
     assert Run.objects.filter(plan=plan, state=RunState.RUNNING).count() == 2

@@ -7,8 +7,11 @@ from typing import Any
 import pytest
 
 from marin_site.errors import TransitionNotAllowed
-from runs import queue, services
+from runs import tokens
 from runs.models import PlanLaunch, Run, RunEvent, RunState
+from runs.services import dispatch, reconcile
+from runs.services import plans as plan_services
+from runs.services import runs as run_writes
 from runs.signals import run_state_changed
 from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan  # noqa: F401
 
@@ -32,16 +35,16 @@ def test_expansion_creates_one_queued_run_per_entry(recipe: Any) -> None:
 
 def test_expanding_twice_creates_no_duplicates(recipe: Any) -> None:
     plan = launched_plan(recipe)
-    assert queue.plan_expand(plan_id=plan.pk) == 0
+    assert dispatch.plan_expand(plan_id=plan.pk) == 0
     PlanLaunch.objects.filter(plan=plan).update(expanded_at=None)  # as if the task ran twice
-    queue.plan_expand(plan_id=plan.pk)
+    dispatch.plan_expand(plan_id=plan.pk)
     assert Run.objects.filter(plan=plan).count() == 2
 
 
 def test_launching_twice_launches_once(recipe: Any) -> None:
     plan = frozen_plan(recipe)
-    first = services.plan_launch(plan_id=plan.pk, criteria={"metric": "eval/loss"})
-    second = services.plan_launch(plan_id=plan.pk, criteria={})
+    first = plan_services.plan_launch(plan_id=plan.pk, criteria={"metric": "eval/loss"})
+    second = plan_services.plan_launch(plan_id=plan.pk, criteria={})
     assert first.pk == second.pk
     assert second.criteria == {"metric": "eval/loss"}
 
@@ -53,12 +56,12 @@ def test_a_256_run_plan_expands_into_256_queued_runs_once(
     of queries, and a second expansion adds none."""
     plan = frozen_plan(recipe, GRID_256, baseline={})
     assert plan.run_count >= 256
-    services.plan_launch(plan_id=plan.pk)
+    plan_services.plan_launch(plan_id=plan.pk)
     with django_assert_max_num_queries(20):
-        created = queue.plan_expand(plan_id=plan.pk)
+        created = dispatch.plan_expand(plan_id=plan.pk)
     assert created == plan.run_count
     assert Run.objects.filter(plan=plan, state=RunState.QUEUED).count() == plan.run_count
-    assert queue.plan_expand(plan_id=plan.pk) == 0
+    assert dispatch.plan_expand(plan_id=plan.pk) == 0
     assert Run.objects.filter(plan=plan).count() == plan.run_count
 
 
@@ -78,8 +81,8 @@ def test_finished_config_is_linked_as_cached_result(recipe: Any) -> None:
 def test_transition_records_event_and_is_idempotent(recipe: Any) -> None:
     run = Run.objects.filter(plan=launched_plan(recipe)).first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     run.refresh_from_db()
     assert run.state == RunState.RUNNING
     assert run.started_at is not None
@@ -92,12 +95,12 @@ def test_transition_records_event_and_is_idempotent(recipe: Any) -> None:
 def test_terminal_state_refuses_to_change_and_names_allowed_states(recipe: Any) -> None:
     run = Run.objects.filter(plan=launched_plan(recipe)).first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
-    queue.run_transition(
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(
         run_id=run.pk, to_state=RunState.FAILED, failure_kind="code", door="worker"
     )
     with pytest.raises(TransitionNotAllowed) as refused:
-        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     assert refused.value.allowed == ["running"]
     assert "failed" in refused.value.message
     run.refresh_from_db()
@@ -107,11 +110,11 @@ def test_terminal_state_refuses_to_change_and_names_allowed_states(recipe: Any) 
 def test_preempted_run_requeues_with_next_attempt(recipe: Any) -> None:
     run = Run.objects.filter(plan=launched_plan(recipe)).first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
-    queue.run_transition(
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(
         run_id=run.pk, to_state=RunState.PREEMPTED, failure_kind="preempted", door="worker"
     )
-    queue.run_reconcile(run_id=run.pk)
+    reconcile.run_reconcile(run_id=run.pk)
     run.refresh_from_db()
     assert (run.state, run.attempt) == (RunState.QUEUED, 2)
 
@@ -120,7 +123,7 @@ def test_preempted_on_last_attempt_fails(recipe: Any) -> None:
     run = Run.objects.filter(plan=launched_plan(recipe)).first()
     assert run is not None
     Run.objects.filter(pk=run.pk).update(state=RunState.PREEMPTED, attempt=3, max_attempts=3)
-    queue.run_reconcile(run_id=run.pk)
+    reconcile.run_reconcile(run_id=run.pk)
     run.refresh_from_db()
     assert (run.state, run.failure_kind) == (RunState.FAILED, "preempted")
 
@@ -138,7 +141,7 @@ def test_state_change_signal_names_the_states(
     run_state_changed.connect(listener)
     try:
         with django_capture_on_commit_callbacks(execute=True):
-            queue.run_transition(run_id=run.pk, to_state=RunState.KILLED, door="web")
+            run_writes.run_transition(run_id=run.pk, to_state=RunState.KILLED, door="web")
     finally:
         run_state_changed.disconnect(listener)
     assert [(h["run_id"], h["from_state"], h["to_state"]) for h in heard] == [
@@ -150,8 +153,8 @@ def test_token_matches_its_run_only(recipe: Any) -> None:
     plan = launched_plan(recipe)
     one, other = Run.objects.filter(plan=plan)
     for run in (one, other):
-        run.token_hash = queue.token_hash(queue.run_token(run=run))
+        run.token_hash = tokens.token_hash(tokens.run_token(run=run))
         run.save(update_fields=["token_hash"])
-    assert queue.run_token_matches(run=one, token=queue.run_token(run=one))
-    assert not queue.run_token_matches(run=one, token=queue.run_token(run=other))
-    assert queue.run_token(run=one) not in one.token_hash
+    assert tokens.run_token_matches(run=one, token=tokens.run_token(run=one))
+    assert not tokens.run_token_matches(run=one, token=tokens.run_token(run=other))
+    assert tokens.run_token(run=one) not in one.token_hash

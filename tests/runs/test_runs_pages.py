@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from django.test import Client
 
-from runs import queue
 from runs.models import MetricSummary, Run, RunState
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -19,7 +19,7 @@ def test_run_page_is_public_and_shows_state_metrics_and_timeline(
 ) -> None:
     run = Run.objects.filter(plan=launched_plan(recipe)).first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     MetricSummary.objects.create(run=run, key="eval/loss", last=2.25, min=2.0, max=5.0, step=9)
     with django_assert_max_num_queries(8):
         response = client.get(run.get_absolute_url())

@@ -9,8 +9,11 @@ import pytest
 from django.contrib.auth.models import AnonymousUser
 
 from marin_site.errors import TransitionNotAllowed
-from runs import queue, results, services
+from runs import results
 from runs.models import MetricSummary, PlanLaunch, Run, RunState
+from runs.services import dispatch
+from runs.services import plans as plan_services
+from runs.services import runs as run_writes
 from runs.signals import plan_finished
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
@@ -18,12 +21,12 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 
 
 def finish(run: Run, **metrics: float) -> None:
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     for key, value in metrics.items():
         MetricSummary.objects.create(
             run=run, key=key.replace("__", "/"), last=value, min=value, max=value, step=10
         )
-    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
 
 
 def baseline_and_ablation(plan: Any) -> tuple[Run, Run]:
@@ -70,7 +73,7 @@ def test_failed_ablation_makes_the_plan_inconclusive(recipe: Any) -> None:
     plan = launched_plan(recipe)
     baseline, ablation = baseline_and_ablation(plan)
     finish(baseline, eval__loss=3.0)
-    queue.run_transition(
+    run_writes.run_transition(
         run_id=ablation.pk, to_state=RunState.FAILED, failure_kind="code", door="worker"
     )
     assert results.plan_check_finished(plan_id=plan.pk)
@@ -96,8 +99,8 @@ def test_rerun_makes_a_new_run_and_reopens_the_plan(recipe: Any, maintainer: Any
     finish(baseline, eval__loss=3.0)
     finish(ablation, eval__loss=2.0)
     results.plan_check_finished(plan_id=plan.pk)
-    again = queue.run_rerun(run_id=ablation.pk, actor=maintainer)
-    assert queue.run_rerun(run_id=ablation.pk, actor=maintainer).pk == again.pk  # asked twice
+    again = run_writes.run_rerun(run_id=ablation.pk, actor=maintainer)
+    assert run_writes.run_rerun(run_id=ablation.pk, actor=maintainer).pk == again.pk  # asked twice
     assert (again.state, again.sequence, again.entry_id) == ("queued", 1, ablation.entry_id)
     ablation.refresh_from_db()
     assert ablation.state == RunState.FINISHED  # terminal states never change
@@ -110,7 +113,7 @@ def test_retry_refused_for_a_finished_run(recipe: Any, maintainer: Any) -> None:
     assert run is not None
     finish(run)
     with pytest.raises(TransitionNotAllowed) as refused:
-        queue.run_retry(run_id=run.pk, actor=maintainer)
+        run_writes.run_retry(run_id=run.pk, actor=maintainer)
     assert refused.value.allowed == ["crashed", "failed", "killed"]
 
 
@@ -119,26 +122,26 @@ def test_cancel_refused_for_a_terminal_run(recipe: Any, maintainer: Any) -> None
     assert run is not None
     finish(run)
     with pytest.raises(TransitionNotAllowed):
-        queue.run_cancel(run_id=run.pk, actor=maintainer)
+        run_writes.run_cancel(run_id=run.pk, actor=maintainer)
 
 
 def test_plan_cancel_kills_queued_runs_and_stops_dispatch(recipe: Any) -> None:
     plan = launched_plan(recipe)
-    assert services.plan_cancel(plan_id=plan.pk, actor=AnonymousUser()) == 2
-    assert services.plan_cancel(plan_id=plan.pk) == 0
+    assert plan_services.plan_cancel(plan_id=plan.pk, actor=AnonymousUser()) == 2
+    assert plan_services.plan_cancel(plan_id=plan.pk) == 0
     assert set(Run.objects.filter(plan=plan).values_list("state", flat=True)) == {"killed"}
-    assert queue.runs_dispatch() == []
+    assert dispatch.runs_dispatch() == []
 
 
 def test_plan_cancel_kills_preempted_runs_and_asks_running_ones_once(recipe: Any) -> None:
     plan = launched_plan(recipe)
     running, preempted = Run.objects.filter(plan=plan).order_by("pk")
     for run in (running, preempted):
-        queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
-    queue.run_transition(run_id=preempted.pk, to_state=RunState.PREEMPTED, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=preempted.pk, to_state=RunState.PREEMPTED, door="worker")
 
-    assert services.plan_cancel(plan_id=plan.pk) == 2
-    assert services.plan_cancel(plan_id=plan.pk) == 0
+    assert plan_services.plan_cancel(plan_id=plan.pk) == 2
+    assert plan_services.plan_cancel(plan_id=plan.pk) == 0
 
     running.refresh_from_db()
     preempted.refresh_from_db()
@@ -156,7 +159,9 @@ def test_api_actions_need_a_maintainer(
     run = Run.objects.filter(plan=launched_plan(recipe)).first()
     assert run is not None
     if state == "failed":
-        queue.run_transition(run_id=run.pk, to_state="failed", failure_kind="code", door="worker")
+        run_writes.run_transition(
+            run_id=run.pk, to_state="failed", failure_kind="code", door="worker"
+        )
     url = f"/api/v1/runs/{run.pk}/{action}/"
     assert api_as(contributor).post(url).status_code == 403
     response = api_as(maintainer).post(url)

@@ -1,4 +1,4 @@
-"""The downsampled series rollup (runs/series.py) and the chart series endpoints."""
+"""The downsampled series rollup (runs/series/) and the chart series endpoints."""
 
 from __future__ import annotations
 
@@ -11,8 +11,12 @@ import pytest
 from django.core.cache import cache
 from rest_framework.test import APIClient
 
-from runs import metrics, queue, series
+from runs.metrics import ingest
+from runs.metrics import parse as metrics_parse
 from runs.models import MetricSeries, MetricSummary, Plan, Run, RunState
+from runs.series import buckets as series_buckets
+from runs.series import rollup
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
@@ -24,7 +28,7 @@ seeds: [0, 1]
 
 
 def start(run: Run) -> Run:
-    return queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    return run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
 
 
 def running_runs(plan: Plan) -> list[Run]:
@@ -34,13 +38,13 @@ def running_runs(plan: Plan) -> list[Run]:
 def write(run: Run, key: str, steps: Sequence[int], values: Sequence[float]) -> None:
     """Through the service, 1000 points a batch, as the API would."""
     for at in range(0, len(steps), 1000):
-        batch = metrics.PointBatch(
+        batch = metrics_parse.PointBatch(
             [key] * len(steps[at : at + 1000]),
             list(steps[at : at + 1000]),
             [float(v) for v in values[at : at + 1000]],
             [None] * len(steps[at : at + 1000]),
         )
-        metrics.metrics_ingest(run=run, batch=batch)
+        ingest.metrics_ingest(run=run, batch=batch)
 
 
 def plan_series(api: APIClient, plan: Plan, **params: Any) -> dict[str, Any]:
@@ -84,7 +88,7 @@ def test_band_is_the_true_min_and_max_of_each_bucket_with_a_ragged_last(
     rng.shuffle(chunks)  # batches arrive out of order
     for chunk in chunks:
         write(run, "train/loss", chunk, [raw[s] for s in chunk])
-    assert series.series_refresh(run_id=run.pk) == 1
+    assert rollup.series_refresh(run_id=run.pk) == 1
     for points in (2000, 500, 300, 100, 2):  # from the fine and from the coarse copy
         (entry,) = plan_series(api, plan, points=points)["series"]["train/loss"]
         assert entry["run"] == run.pk
@@ -97,7 +101,7 @@ def test_band_is_the_true_min_and_max_of_each_bucket_with_a_ragged_last(
 def test_every_point_when_they_fit(api: APIClient, plan: Plan) -> None:
     run = running_runs(plan)[0]
     write(run, "eval/loss", [0, 10, 20], [3.0, 2.0, 1.5])
-    series.series_refresh(run_id=run.pk)
+    rollup.series_refresh(run_id=run.pk)
     (entry,) = plan_series(api, plan)["series"]["eval/loss"]
     assert entry == {
         "run": run.pk,
@@ -113,11 +117,11 @@ def test_lower_steps_arriving_late_rebuild_from_a_new_origin(api: APIClient, pla
     raw = {step: float((step * 7919) % 1000) for step in range(6000)}
     late = list(range(5000, 6000))
     write(run, "train/loss", late, [raw[s] for s in late])
-    series.series_refresh(run_id=run.pk)
+    rollup.series_refresh(run_id=run.pk)
     assert MetricSeries.objects.get(run=run).origin == 5000
     early = list(range(5000))
     write(run, "train/loss", early, [raw[s] for s in early])
-    series.series_refresh(run_id=run.pk)
+    rollup.series_refresh(run_id=run.pk)
     stored = MetricSeries.objects.get(run=run)
     assert (stored.origin, stored.width) == (0, 4)
     (entry,) = plan_series(api, plan, points=2000)["series"]["train/loss"]
@@ -130,17 +134,20 @@ def test_growing_series_doubles_its_width_and_equals_a_rebuild(plan: Plan) -> No
     values = [rng.gauss(0, 1) for _ in range(20_000)]
     for at in range(0, 20_000, 2500):  # a refresh after each stretch, as while a run trains
         write(run, "train/loss", list(range(at, at + 2500)), values[at : at + 2500])
-        series.series_refresh(run_id=run.pk)
+        rollup.series_refresh(run_id=run.pk)
     grown = MetricSeries.objects.get(run=run)
     assert grown.width == 16  # 20,000 steps in at most 2048 buckets
     summary = MetricSummary.objects.get(run=run)
     assert (summary.count, summary.min, summary.max) == (20_000, min(values), max(values))
     MetricSeries.objects.filter(run=run).delete()
     MetricSummary.objects.filter(run=run).update(stale_from=0)
-    series.series_refresh(run_id=run.pk)
+    rollup.series_refresh(run_id=run.pk)
     rebuilt = MetricSeries.objects.get(run=run)
     assert (rebuilt.origin, rebuilt.width) == (grown.origin, grown.width)
-    old, new = series.Buckets.unpack(grown.buckets), series.Buckets.unpack(rebuilt.buckets)
+    old, new = (
+        series_buckets.Buckets.unpack(grown.buckets),
+        series_buckets.Buckets.unpack(rebuilt.buckets),
+    )
     assert old.last.tolist() == new.last.tolist()
     assert old.count.tolist() == new.count.tolist()
     assert (old.low.tolist(), old.high.tolist()) == (new.low.tolist(), new.high.tolist())
@@ -151,11 +158,11 @@ def test_resent_batch_leaves_the_rollup_alone(plan: Plan) -> None:
     run = running_runs(plan)[0]
     steps, values = list(range(3000)), [1.0 / (s + 1) for s in range(3000)]
     write(run, "train/loss", steps, values)
-    series.series_refresh(run_id=run.pk)
+    rollup.series_refresh(run_id=run.pk)
     before = MetricSeries.objects.get(run=run)
     write(run, "train/loss", steps, values)
     assert MetricSummary.objects.get(run=run).stale_from is None
-    assert series.series_refresh(run_id=run.pk) == 0
+    assert rollup.series_refresh(run_id=run.pk) == 0
     after = MetricSeries.objects.get(run=run)
     assert (bytes(after.buckets), after.refreshed_at) == (
         bytes(before.buckets),
@@ -169,12 +176,12 @@ def test_a_step_resent_with_a_new_value_replaces_it_everywhere(api: APIClient, p
     raw = dict.fromkeys(range(5000), 1.0)
     raw[1234] = 99.0
     write(run, "train/loss", list(raw), list(raw.values()))
-    series.series_refresh(run_id=run.pk)
+    rollup.series_refresh(run_id=run.pk)
     raw[1234] = 0.5  # a run resumed from a checkpoint logs the step again
     write(run, "train/loss", [1234], [0.5])
     summary = MetricSummary.objects.get(run=run)
     assert summary.stale_from == 1234
-    series.series_refresh(run_id=run.pk)
+    rollup.series_refresh(run_id=run.pk)
     summary.refresh_from_db()
     assert (summary.min, summary.max, summary.count) == (0.5, 1.0, 5000)
     (entry,) = plan_series(api, plan, points=100)["series"]["train/loss"]
@@ -188,8 +195,8 @@ def test_plan_series_shape(api: APIClient, recipe: Any) -> None:
     for run in runs[:2]:
         write(run, "train/loss", [0, 1], [2.0, 1.0])
         write(run, "eval/loss", [1], [2.5])
-    series.series_refresh(run_id=runs[0].pk)
-    series.series_refresh(run_id=runs[1].pk)
+    rollup.series_refresh(run_id=runs[0].pk)
+    rollup.series_refresh(run_id=runs[1].pk)
     body = plan_series(api, plan)
     assert set(body) == {"plan", "active", "keys", "runs", "series"}
     assert body["plan"] == plan.pk
@@ -216,9 +223,9 @@ def test_plan_goes_inactive_when_every_run_ended_and_its_series_caught_up(
     runs = running_runs(plan)
     write(runs[0], "train/loss", [0, 1], [2.0, 1.0])
     for run in runs:
-        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     assert plan_series(api, plan)["active"] is True  # the last points are not rolled up yet
-    series.series_refresh_stale()
+    rollup.series_refresh_stale()
     assert plan_series(api, plan)["active"] is False
 
 
@@ -231,7 +238,7 @@ def test_plan_series_queries_do_not_grow_with_runs_or_keys(
     for run in running_runs(plan):
         for key in keys:
             write(run, key, list(range(100)), [1.0] * 100)
-        series.series_refresh(run_id=run.pk)
+        rollup.series_refresh(run_id=run.pk)
     with django_assert_num_queries(4):
         body = plan_series(api, plan)
     assert len(body["keys"]) == len(keys)
@@ -242,7 +249,7 @@ def test_keys_choose_the_series(api: APIClient, plan: Plan) -> None:
     run = running_runs(plan)[0]
     write(run, "train/loss", [0], [1.0])
     write(run, "eval/loss", [0], [2.0])
-    series.series_refresh(run_id=run.pk)
+    rollup.series_refresh(run_id=run.pk)
     body = plan_series(api, plan, keys="train/loss,never/logged")
     assert body["keys"] == ["train/loss", "never/logged"]
     assert len(body["series"]["train/loss"]) == 1
@@ -253,8 +260,8 @@ def test_cached_run_draws_the_run_it_reuses(api: APIClient, recipe: Any) -> None
     first = launched_plan(recipe)
     for run in running_runs(first):
         write(run, "train/loss", [0, 1], [2.0, 1.0])
-        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
-        series.series_refresh(run_id=run.pk)
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+        rollup.series_refresh(run_id=run.pk)
     second = launched_plan(recipe)
     cached = Run.objects.filter(plan=second).exclude(cached_from=None)
     assert cached.exists()
@@ -270,7 +277,7 @@ def test_runs_series_for_the_compare_page(
     picked = [running_runs(two)[3], running_runs(one)[0]]
     for run in picked:
         write(run, "train/loss", [0, 5], [2.0, 1.0])
-        series.series_refresh(run_id=run.pk)
+        rollup.series_refresh(run_id=run.pk)
     ids = f"{picked[0].pk},{picked[1].pk},{picked[0].pk},999999"
     with django_assert_num_queries(3):
         response = api.get("/api/v1/runs/series/", {"ids": ids, "points": "100"})
@@ -339,7 +346,7 @@ def test_a_run_that_ends_is_refreshed_at_once(
     write(run, "train/loss", list(range(10)), [1.0] * 10)  # its nudge is never run here
     assert MetricSummary.objects.get(run=run).stale_from == 0
     with django_capture_on_commit_callbacks(execute=True):
-        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="runner")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="runner")
     assert MetricSummary.objects.get(run=run).stale_from is None
     assert MetricSeries.objects.filter(run=run).exists()
 
@@ -349,13 +356,13 @@ def test_the_sweep_refreshes_what_a_lost_nudge_left(plan: Plan) -> None:
     for run in runs:
         write(run, "train/loss", [0, 1], [1.0, 2.0])
         write(run, "eval/loss", [0], [1.0])
-    assert series.series_refresh_stale() == 2 * len(runs)
+    assert rollup.series_refresh_stale() == 2 * len(runs)
     assert not MetricSummary.objects.filter(stale_from__isnull=False).exists()
-    assert series.series_refresh_stale() == 0
+    assert rollup.series_refresh_stale() == 0
 
 
 def test_width_is_the_smallest_power_of_two_that_fits() -> None:
-    assert series.width_for(0) == 1
-    assert series.width_for(2047) == 1
-    assert series.width_for(2048) == 2
-    assert series.width_for(99_999) == 64
+    assert series_buckets.width_for(0) == 1
+    assert series_buckets.width_for(2047) == 1
+    assert series_buckets.width_for(2048) == 2
+    assert series_buckets.width_for(99_999) == 64

@@ -9,11 +9,12 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from marin_site.doors import Door
-from runs import services
 from runs.compute import run_cost
 from runs.demo_recipes import MARIN_MOE, TINY_MOE
 from runs.models import Plan, PlanEntry, Recipe
 from runs.plans import config_hash
+from runs.services import plans as plan_services
+from runs.services import recipes as recipe_services
 from tests.factories import WALKTHROUGH_SPEC
 
 
@@ -23,7 +24,7 @@ def recipe_data(source: dict[str, Any] = TINY_MOE, **changes: Any) -> dict[str, 
 
 def refusal(data: dict[str, Any]) -> dict[str, list[str]]:
     with pytest.raises(ValidationError) as caught:
-        services.recipe_validate(data=data)
+        recipe_services.recipe_validate(data=data)
     return caught.value.message_dict
 
 
@@ -32,7 +33,7 @@ def refusal(data: dict[str, Any]) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("source", [TINY_MOE, MARIN_MOE])
 def test_demo_recipes_are_valid(source: dict[str, Any]) -> None:
-    services.recipe_validate(data=recipe_data(source))
+    recipe_services.recipe_validate(data=recipe_data(source))
 
 
 def test_recipe_with_an_invalid_json_schema_is_refused() -> None:
@@ -88,7 +89,7 @@ def test_recipe_default_config_may_hold_keys_the_schema_does_not_declare() -> No
     data = recipe_data()
     assert "depth" not in data["parameter_schema"]["properties"]
 
-    services.recipe_validate(data=data)  # depth, batch_size, ... are fixed, not overridable
+    recipe_services.recipe_validate(data=data)  # depth, batch_size, ... are fixed, not overridable
 
 
 @pytest.mark.parametrize("default_config", [None, [], "lr: 1"])
@@ -163,7 +164,7 @@ def test_recipe_problems_in_several_fields_are_reported_together() -> None:
 
 @pytest.mark.django_db
 def test_recipe_create_stores_a_valid_recipe(maintainer: Any) -> None:
-    recipe = services.recipe_create(actor=maintainer, data=recipe_data(MARIN_MOE))
+    recipe = recipe_services.recipe_create(actor=maintainer, data=recipe_data(MARIN_MOE))
 
     stored = Recipe.objects.get(pk=recipe.pk)
     assert (stored.name, stored.version) == ("marin-moe", "1")
@@ -179,7 +180,7 @@ def test_recipe_create_stores_a_valid_recipe(maintainer: Any) -> None:
 def test_recipe_create_ignores_keys_that_are_not_recipe_fields() -> None:
     data = recipe_data(created_by=None, id=999, plan_count=3)
 
-    recipe = services.recipe_create(actor=None, data=data)
+    recipe = recipe_services.recipe_create(actor=None, data=data)
 
     assert recipe.pk != 999
     assert recipe.created_by is None
@@ -188,7 +189,9 @@ def test_recipe_create_ignores_keys_that_are_not_recipe_fields() -> None:
 @pytest.mark.django_db
 def test_recipe_create_with_an_invalid_recipe_stores_nothing() -> None:
     with pytest.raises(ValidationError):
-        services.recipe_create(actor=None, data=recipe_data(parameter_schema={"type": "object"}))
+        recipe_services.recipe_create(
+            actor=None, data=recipe_data(parameter_schema={"type": "object"})
+        )
 
     assert Recipe.objects.count() == 0
 
@@ -196,7 +199,7 @@ def test_recipe_create_with_an_invalid_recipe_stores_nothing() -> None:
 @pytest.mark.django_db
 def test_recipe_create_refuses_a_bad_name() -> None:
     with pytest.raises(ValidationError) as caught:
-        services.recipe_create(actor=None, data=recipe_data(name="Tiny MoE"))
+        recipe_services.recipe_create(actor=None, data=recipe_data(name="Tiny MoE"))
 
     assert "name" in caught.value.message_dict
     assert Recipe.objects.count() == 0
@@ -205,17 +208,17 @@ def test_recipe_create_refuses_a_bad_name() -> None:
 @pytest.mark.django_db
 def test_recipe_create_refuses_a_second_recipe_of_the_same_name_and_version(recipe: Any) -> None:
     with pytest.raises(ValidationError) as caught:
-        services.recipe_create(actor=None, data=recipe_data())
+        recipe_services.recipe_create(actor=None, data=recipe_data())
 
     assert "already exists" in str(caught.value)
     assert Recipe.objects.count() == 1
-    services.recipe_create(actor=None, data=recipe_data(version="2"))
+    recipe_services.recipe_create(actor=None, data=recipe_data(version="2"))
     assert Recipe.objects.count() == 2
 
 
 @pytest.mark.django_db
 def test_recipe_update_changes_the_stored_recipe(recipe: Any) -> None:
-    services.recipe_update(recipe=recipe, data={"title": "Tiny MoE, v1", "is_active": False})
+    recipe_services.recipe_update(recipe=recipe, data={"title": "Tiny MoE, v1", "is_active": False})
 
     recipe.refresh_from_db()
     assert (recipe.title, recipe.is_active) == ("Tiny MoE, v1", False)
@@ -227,7 +230,9 @@ def test_recipe_update_that_breaks_the_recipe_changes_nothing(recipe: Any) -> No
     config = {**TINY_MOE["default_config"], "top_k": 99}
 
     with pytest.raises(ValidationError) as caught:
-        services.recipe_update(recipe=recipe, data={"default_config": config, "title": "New"})
+        recipe_services.recipe_update(
+            recipe=recipe, data={"default_config": config, "title": "New"}
+        )
 
     assert (
         "'top_k': 99 is greater than the maximum of 8"
@@ -243,7 +248,7 @@ def test_recipe_update_that_breaks_the_recipe_changes_nothing(recipe: Any) -> No
 
 @pytest.mark.django_db
 def test_plan_build_returns_the_expanded_plan_without_storing_it(recipe: Any) -> None:
-    preview = services.plan_build(
+    preview = plan_services.plan_build(
         recipe=recipe, baseline={}, spec_text=WALKTHROUGH_SPEC, budget_accelerator_hours=None
     )
 
@@ -254,7 +259,7 @@ def test_plan_build_returns_the_expanded_plan_without_storing_it(recipe: Any) ->
 @pytest.mark.django_db
 def test_plan_build_errors_are_a_validation_error_by_field(recipe: Any) -> None:
     with pytest.raises(ValidationError) as caught:
-        services.plan_build(
+        plan_services.plan_build(
             recipe=recipe,
             baseline={"capacity_factr": 2},
             spec_text="axes:\n  top_k: [two]\n",
@@ -274,7 +279,7 @@ def test_plan_build_reports_a_compute_model_that_fails_for_a_run(recipe: Any) ->
     recipe.save()
 
     with pytest.raises(ValidationError) as caught:
-        services.plan_build(
+        plan_services.plan_build(
             recipe=recipe,
             baseline={},
             spec_text="axes: {width: [32]}",
@@ -290,7 +295,7 @@ def test_plan_build_reports_a_compute_model_that_fails_for_a_run(recipe: Any) ->
 
 @pytest.mark.django_db
 def test_plan_freeze_stores_the_plan_and_one_entry_per_run(recipe: Any) -> None:
-    plan = services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=recipe,
         baseline={"learning_rate": 0.001},
         spec_text=WALKTHROUGH_SPEC,
@@ -333,7 +338,7 @@ def test_plan_freeze_stores_the_plan_and_one_entry_per_run(recipe: Any) -> None:
 
 @pytest.mark.django_db
 def test_plan_freeze_snapshots_the_recipe(recipe: Any) -> None:
-    plan = services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=recipe, baseline={}, spec_text="", budget_accelerator_hours=None
     )
 
@@ -355,7 +360,7 @@ def test_plan_freeze_snapshots_the_recipe(recipe: Any) -> None:
 @pytest.mark.django_db
 def test_plan_freeze_with_a_bad_spec_stores_nothing(recipe: Any) -> None:
     with pytest.raises(ValidationError) as caught:
-        services.plan_freeze(
+        plan_services.plan_freeze(
             recipe=recipe,
             baseline={},
             spec_text="axes:\n  width: [100]\n",
@@ -369,7 +374,7 @@ def test_plan_freeze_with_a_bad_spec_stores_nothing(recipe: Any) -> None:
 
 @pytest.mark.django_db
 def test_plan_freeze_over_budget_is_stored_as_over_budget(recipe: Any) -> None:
-    plan = services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=recipe, baseline={}, spec_text=WALKTHROUGH_SPEC, budget_accelerator_hours=1e-9
     )
 
@@ -379,7 +384,7 @@ def test_plan_freeze_over_budget_is_stored_as_over_budget(recipe: Any) -> None:
 
 @pytest.mark.django_db
 def test_editing_the_recipe_does_not_change_a_frozen_plan(recipe: Any) -> None:
-    plan = services.plan_freeze(
+    plan = plan_services.plan_freeze(
         recipe=recipe, baseline={}, spec_text=WALKTHROUGH_SPEC, budget_accelerator_hours=None
     )
     plan.refresh_from_db()
@@ -391,7 +396,7 @@ def test_editing_the_recipe_does_not_change_a_frozen_plan(recipe: Any) -> None:
     )
     totals_before = (plan.total_flops, plan.total_accelerator_hours, plan.run_count)
 
-    services.recipe_update(
+    recipe_services.recipe_update(
         recipe=recipe,
         data={
             "default_config": {**TINY_MOE["default_config"], "learning_rate": 0.01, "steps": 400},
@@ -402,7 +407,7 @@ def test_editing_the_recipe_does_not_change_a_frozen_plan(recipe: Any) -> None:
 
     recipe.refresh_from_db()
     assert recipe.default_config["learning_rate"] == 0.01  # the edit happened
-    rebuilt = services.plan_build(
+    rebuilt = plan_services.plan_build(
         recipe=recipe, baseline={}, spec_text=WALKTHROUGH_SPEC, budget_accelerator_hours=None
     )
     assert {p.config_hash for p in rebuilt.points}.isdisjoint(
@@ -424,10 +429,10 @@ def test_editing_the_recipe_does_not_change_a_frozen_plan(recipe: Any) -> None:
 
 @pytest.mark.django_db
 def test_each_freeze_is_its_own_plan(recipe: Any) -> None:
-    first = services.plan_freeze(
+    first = plan_services.plan_freeze(
         recipe=recipe, baseline={}, spec_text=WALKTHROUGH_SPEC, budget_accelerator_hours=None
     )
-    second = services.plan_freeze(
+    second = plan_services.plan_freeze(
         recipe=recipe, baseline={}, spec_text=WALKTHROUGH_SPEC, budget_accelerator_hours=None
     )
 
@@ -441,14 +446,14 @@ def test_each_freeze_is_its_own_plan(recipe: Any) -> None:
 
 @pytest.mark.django_db
 def test_recipe_create_and_update_are_recorded_in_its_history(maintainer: Any) -> None:
-    recipe = services.recipe_create(actor=maintainer, data=recipe_data(), door=Door.API)
-    services.recipe_update(
+    recipe = recipe_services.recipe_create(actor=maintainer, data=recipe_data(), door=Door.API)
+    recipe_services.recipe_update(
         recipe=recipe,
         data={"title": "Tiny MoE, v1", "is_active": False},
         actor=maintainer,
         door=Door.WEB,
     )
-    services.recipe_update(recipe=recipe, data={"title": "Tiny MoE, v1"}, actor=maintainer)
+    recipe_services.recipe_update(recipe=recipe, data={"title": "Tiny MoE, v1"}, actor=maintainer)
     assert [(e.verb, e.door, e.actor, e.message) for e in recipe.events.all()] == [
         ("created", "api", maintainer, ""),
         ("edited", "web", maintainer, "Changed is_active, title"),
@@ -458,7 +463,7 @@ def test_recipe_create_and_update_are_recorded_in_its_history(maintainer: Any) -
 @pytest.mark.django_db
 def test_a_refused_recipe_update_records_nothing(recipe: Any, maintainer: Any) -> None:
     with pytest.raises(ValidationError):
-        services.recipe_update(
+        recipe_services.recipe_update(
             recipe=recipe, data={"default_config": {"steps": "many"}}, actor=maintainer
         )
     assert not recipe.events.exists()
@@ -467,12 +472,16 @@ def test_a_refused_recipe_update_records_nothing(recipe: Any, maintainer: Any) -
 @pytest.mark.parametrize("limit", [59, 91 * 24 * 3600, "3600", 1.5])
 def test_recipe_time_limit_out_of_range_is_refused(limit: Any) -> None:
     with pytest.raises(ValidationError) as refused:
-        services.recipe_validate(data={**copy.deepcopy(TINY_MOE), "time_limit_seconds": limit})
+        recipe_services.recipe_validate(
+            data={**copy.deepcopy(TINY_MOE), "time_limit_seconds": limit}
+        )
     assert list(refused.value.message_dict) == ["time_limit_seconds"]
 
 
 def test_recipe_time_limit_of_two_weeks_is_accepted() -> None:
-    services.recipe_validate(data={**copy.deepcopy(TINY_MOE), "time_limit_seconds": 14 * 86400})
+    recipe_services.recipe_validate(
+        data={**copy.deepcopy(TINY_MOE), "time_limit_seconds": 14 * 86400}
+    )
 
 
 @pytest.mark.django_db
@@ -481,5 +490,5 @@ def test_recipe_for_a_pool_that_may_not_run_it_is_refused(maintainer: Any) -> No
 
     Pool.objects.create(name="lab", owner=maintainer, recipes=["marin-moe"])
     with pytest.raises(ValidationError) as refused:
-        services.recipe_validate(data={**copy.deepcopy(TINY_MOE), "executor": "pool:lab"})
+        recipe_services.recipe_validate(data={**copy.deepcopy(TINY_MOE), "executor": "pool:lab"})
     assert refused.value.message_dict == {"executor": ["pool 'lab' may not run recipe 'tiny-moe'"]}

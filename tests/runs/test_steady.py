@@ -8,10 +8,13 @@ from typing import Any
 
 import pytest
 
-from runs import metrics, queue, results, run_table, series, steady
+from runs import results, run_table, steady
 from runs.compute import validate_compute_model
-from runs.metrics import PointBatch
+from runs.metrics import ingest
+from runs.metrics.parse import PointBatch
 from runs.models import MetricSummary, Plan, Recipe, Run, RunState
+from runs.series import rollup
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
@@ -25,14 +28,14 @@ def _report(run: Run, key: str, values: list[float], *, first: int = 1) -> None:
     batch = PointBatch(
         keys=[key] * len(values), steps=steps, values=values, times=[None] * len(values)
     )
-    metrics.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
-    series.series_refresh(run_id=run.pk)
+    ingest.metrics_ingest(run=Run.objects.get(pk=run.pk), batch=batch)
+    rollup.series_refresh(run_id=run.pk)
 
 
 def _running(plan: Plan) -> Run:
     run = Run.objects.filter(plan=plan).select_related("entry").order_by("entry__index").first()
     assert run is not None
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     return run
 
 
@@ -122,9 +125,9 @@ def test_run_table_shows_the_steady_median_and_marks_a_cached_runs_throughput(
 ) -> None:
     first = launched_plan(_with_warmup(recipe, 3))
     for run in Run.objects.filter(plan=first):
-        queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
         _report(run, "throughput/tokens_per_second", SPEEDS)
-        queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     table = run_table.plan_run_table(plan=first)
     assert {row.values["throughput/tokens_per_second"] for row in table.rows} == {999.0}
     second = launched_plan(recipe)

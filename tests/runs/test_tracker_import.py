@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from runs import queue, tracker_import, tracker_uploads
+from runs import tracker_import, tracker_uploads
 from runs.models import MetricPoint, MetricSummary, Run, RunEvent, RunState, TrackerImport
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 from tests.runs.tracker_helpers import json_logger_lines
 
@@ -167,7 +168,7 @@ def test_the_replicated_one_line_record_still_imports(run: Run, tmp_path: Path) 
 
 def test_an_import_reaches_a_finished_run(run: Run, tmp_path: Path) -> None:
     """Imports come after training: a run that ended takes its history all the same."""
-    queue.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
-    queue.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     tracker_uploads.tracker_import_file(run_id=run.pk, path=write(tmp_path, json_logger_lines(5)))
     assert MetricPoint.objects.filter(run=run, key="train/loss").count() == 5

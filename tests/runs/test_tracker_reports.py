@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
-from runs import queue
+from runs import tokens
 from runs.models import Run, RunState
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
@@ -19,13 +20,13 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def running(recipe: Any) -> tuple[Run, str]:
     runs = list(Run.objects.filter(plan=launched_plan(recipe)).order_by("pk"))
-    run = queue.run_transition(
+    run = run_writes.run_transition(
         run_id=runs[0].pk,
         to_state=RunState.RUNNING,
         door="worker",
-        changes={"token_hash": queue.token_hash(queue.run_token(run=runs[0]))},
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=runs[0]))},
     )
-    return run, queue.run_token(run=run)
+    return run, tokens.run_token(run=run)
 
 
 def report(run: Run, token: str, body: Any) -> Any:

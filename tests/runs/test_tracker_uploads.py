@@ -11,8 +11,9 @@ import pytest
 from django.test import Client
 from rest_framework.authtoken.models import Token
 
-from runs import queue, tracker_uploads
+from runs import tokens, tracker_uploads
 from runs.models import MetricPoint, Run, RunState, TrackerImport
+from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 from tests.runs.tracker_helpers import json_logger_lines
 
@@ -58,18 +59,18 @@ def test_the_api_streams_a_file_and_imports_it_in_a_task(
 
 
 def test_the_api_with_the_runs_token(run: Run, django_capture_on_commit_callbacks: Any) -> None:
-    run = queue.run_transition(
+    run = run_writes.run_transition(
         run_id=run.pk,
         to_state=RunState.RUNNING,
         door="worker",
-        changes={"token_hash": queue.token_hash(queue.run_token(run=run))},
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
     )
     with django_capture_on_commit_callbacks(execute=True):
         response = Client().post(
             f"/api/v1/runs/{run.pk}/tracker-metrics/",
             data="\n".join(json_logger_lines(3)).encode(),
             content_type="application/x-ndjson",
-            HTTP_AUTHORIZATION=f"Bearer {queue.run_token(run=run)}",
+            HTTP_AUTHORIZATION=f"Bearer {tokens.run_token(run=run)}",
         )
     assert response.status_code == 202
     assert MetricPoint.objects.filter(run=run, key="train/loss").count() == 3

@@ -23,7 +23,7 @@ from proposals.models import Proposal
 from runs.demo_recipes import DEMO_RECIPES
 from runs.models import Pool, Recipe
 from runs.pools.services import pool_create
-from runs.services import recipe_create
+from runs.services.recipes import recipe_create
 
 DEMO_PASSWORD = "marin-demo"  # noqa: S105 (demo accounts, printed on purpose)
 DEMO_USERS = [("carla", "contributor"), ("rita", "reviewer"), ("max", "maintainer")]

@@ -23,7 +23,7 @@ from runs.recipe_files import (
     recipe_file_problems,
     recipe_file_read,
 )
-from runs.services import recipe_load
+from runs.services.recipes import recipe_load
 
 
 def _shown(path: Path) -> Path:

@@ -8,10 +8,10 @@ from typing import Any
 from django.contrib.auth.models import User
 from django.utils import timezone
 
-from runs import queue
 from runs.models import Plan, Recipe, Run
 from runs.pools import services
 from runs.pools.models import Agent, Lease, Pool
+from runs.services import dispatch
 from tests.runs.runs_helpers import launched_plan
 
 ONE_RUN = ""  # the baseline alone
@@ -34,7 +34,7 @@ def offered_plan(recipe: Recipe, pool: Pool, spec: str = FOUR_RUNS, **kwargs: An
     """A plan launched on the pool, expanded, and its runs offered (as far as limits allow)."""
     kwargs.setdefault("max_concurrent_runs", 100)
     plan = launched_plan(recipe, spec, executor=pool.executor, **kwargs)
-    queue.runs_dispatch()
+    dispatch.runs_dispatch()
     return plan
 
 

@@ -11,11 +11,13 @@ import pytest
 from django.contrib.auth.models import User
 
 from marin_site.errors import ActionForbidden
-from runs import queue
+from runs import tokens
 from runs.models import Run, RunEvent, RunState
 from runs.pools import leases, services
 from runs.pools.leases import LeaseGone, LeaseReport
 from runs.pools.models import Lease, LeaseEnd
+from runs.services import dispatch, reconcile
+from runs.services import runs as run_writes
 from tests.concurrency import Worker
 from tests.runs.pools.pool_helpers import (
     ONE_RUN,
@@ -49,7 +51,7 @@ def test_dispatch_offers_pool_runs_up_to_the_pool_limit(recipe: Any, owner: User
         "waiting: executor 'pool:gpu' is at its limit of 2 concurrent runs"
     }
     assert RunEvent.objects.filter(verb="offered", run__plan=plan).count() == 2
-    assert queue.runs_dispatch() == []  # offered runs keep their slots: nothing more
+    assert dispatch.runs_dispatch() == []  # offered runs keep their slots: nothing more
 
 
 def test_an_agent_leases_an_offered_run_and_becomes_its_runner(recipe: Any, owner: User) -> None:
@@ -63,12 +65,12 @@ def test_an_agent_leases_an_offered_run_and_becomes_its_runner(recipe: Any, owne
     run = Run.objects.get(pk=lease.run_id)
     assert run.plan_id == plan.pk
     assert (run.state, run.external_id, run.attempt) == (RunState.RUNNING, lease.external_id, 1)
-    assert queue.run_token_matches(run=run, token=queue.run_token(run=run))
+    assert tokens.run_token_matches(run=run, token=tokens.run_token(run=run))
     assert "{python}" in run.command  # the agent fills in its own Python
     event = run.events.get(verb="running")
     assert (event.door, event.actor_label) == ("agent", agent.label)
     offer = leases.lease_offer(lease=lease)
-    assert offer["job"]["env"]["RUN_TOKEN"] == queue.run_token(run=run)
+    assert offer["job"]["env"]["RUN_TOKEN"] == tokens.run_token(run=run)
     assert offer["job"]["env"]["RUN_ID"] == str(run.pk)
     assert "WANDB_API_KEY" not in offer["job"]["env"]  # the site's secrets stay on the site
     assert offer["job"]["files"]["config.json"].startswith("{")
@@ -112,7 +114,7 @@ def test_a_lost_lease_requeues_the_same_run_with_the_next_attempt(recipe: Any, o
     second, _ = make_agent(pool, "host-b")
     lease = leases.lease_acquire(agent=first)
     assert lease is not None
-    old_token = queue.run_token(run=Run.objects.get(pk=lease.run_id))
+    old_token = tokens.run_token(run=Run.objects.get(pk=lease.run_id))
 
     expire(lease)
     assert leases.leases_expire_stale() == 1
@@ -124,7 +126,7 @@ def test_a_lost_lease_requeues_the_same_run_with_the_next_attempt(recipe: Any, o
     assert lease.end_reason == LeaseEnd.LOST
     verbs = list(run.events.order_by("pk").values_list("verb", flat=True))
     assert verbs[-2:] == ["preempted", "queued"]
-    assert queue.run_token_superseded(run=run, token=old_token) == 1
+    assert tokens.run_token_superseded(run=run, token=old_token) == 1
 
     again = leases.lease_acquire(agent=second)
     assert again is not None and (again.run_id, again.attempt) == (run.pk, 2)
@@ -307,7 +309,7 @@ def test_a_report_after_the_run_finished_by_its_own_word_keeps_that_ending(
     agent, _ = make_agent(pool)
     lease = leases.lease_acquire(agent=agent)
     assert lease is not None
-    queue.run_transition(run_id=lease.run_id, to_state=RunState.FINISHED, door="runner")
+    run_writes.run_transition(run_id=lease.run_id, to_state=RunState.FINISHED, door="runner")
 
     run = leases.lease_report(
         agent=agent, lease_id=lease.pk, report=LeaseReport(outcome="exited", exit_code=1)
@@ -326,7 +328,7 @@ def test_a_cancel_is_told_on_renewal_and_the_canceled_report_kills_the_run(
     agent, _ = make_agent(pool)
     lease = leases.lease_acquire(agent=agent)
     assert lease is not None
-    queue.run_cancel(run_id=lease.run_id, actor=maintainer)
+    run_writes.run_cancel(run_id=lease.run_id, actor=maintainer)
     assert Run.objects.get(pk=lease.run_id).state == RunState.RUNNING
 
     assert leases.lease_renew(agent=agent, lease_id=lease.pk)["cancel_requested"] is True
@@ -377,7 +379,7 @@ def test_the_reconciler_requeues_the_run_of_an_expired_lease(recipe: Any, owner:
     assert lease is not None
     expire(lease)
 
-    run = queue.run_reconcile(run_id=lease.run_id)
+    run = reconcile.run_reconcile(run_id=lease.run_id)
 
     assert run is not None and (run.state, run.attempt) == (RunState.QUEUED, 2)
 
@@ -389,7 +391,7 @@ def test_the_reconciler_leaves_a_renewed_lease_alone(recipe: Any, owner: User) -
     lease = leases.lease_acquire(agent=agent)
     assert lease is not None
 
-    run = queue.run_reconcile(run_id=lease.run_id)
+    run = reconcile.run_reconcile(run_id=lease.run_id)
 
     assert run is not None and run.state == RunState.RUNNING
     assert Lease.objects.get(pk=lease.pk).ended_at is None
@@ -416,7 +418,7 @@ def test_a_finished_run_frees_its_slot_for_the_next_offer(recipe: Any, owner: Us
     leases.lease_report(
         agent=agent, lease_id=lease.pk, report=LeaseReport(outcome="exited", exit_code=0)
     )
-    queue.runs_dispatch()
+    dispatch.runs_dispatch()
 
     offered = [r for r in runs_of(plan) if r.state == RunState.QUEUED and r.dispatched_at]
     assert len(offered) == 1

@@ -10,8 +10,8 @@ import pytest
 from django.contrib.auth.models import User
 from django.db import connection
 
-from runs import queue
 from runs.pools import leases, wakeup
+from runs.services import dispatch
 from tests.concurrency import Worker
 from tests.runs.pools.pool_helpers import ONE_RUN, make_agent, make_pool
 from tests.runs.runs_helpers import launched_plan
@@ -39,7 +39,7 @@ def test_a_held_poll_is_answered_as_soon_as_a_run_is_offered(recipe: Any, settin
     time.sleep(1.0)  # the poll is waiting now
 
     offered_at = time.monotonic()
-    queue.runs_dispatch()
+    dispatch.runs_dispatch()
     lease, _waited = poll.outcome()
 
     assert lease is not None and lease.run.plan_id == plan.pk
@@ -57,7 +57,7 @@ def test_a_lost_wake_up_costs_only_the_re_check(
     poll = held_poll(agent, wait=10)
     time.sleep(0.5)
 
-    queue.runs_dispatch()
+    dispatch.runs_dispatch()
     lease, waited = poll.outcome()
 
     assert lease is not None  # the database is the truth: the re-check found it

@@ -1,19 +1,13 @@
-"""Metrics in and out: validated batch upserts with running summaries, downsampled series,
-full-resolution export, and import of a Levanter-style ``tracker_metrics.jsonl``.
+"""Writing a checked batch: points upserted with running summaries, in one statement on
+PostgreSQL and a portable form next to it for any other database; the heartbeat and the
+rate limit of a runner's reports.
 
-Values must be finite numbers. NaN and infinities are refused (400) rather than stored:
-JSON has no spelling for them, SQLite cannot keep NaN, and a summary's min or max would be
-poisoned by one. A run that diverges says so with its final status (``failed``, with the
-step where the loss stopped being finite in the message).
-
-The write path is built for speed (bench/ingest.py): the body is parsed with orjson and
-checked in one loop into four columns, with no object per point, then ordered by (key,
-step) and folded per key in Python. On PostgreSQL one statement, its arrays sent in
-binary, writes the points and their summaries; a point resent with the same value is not
-written again, so a resent batch changes nothing.
-Points are keyed by (run, key, step), which is also the table's primary key. Each written
-key is marked stale from its lowest written step, and ``runs.series`` refreshes the
-downsampled series that charts read, a few seconds later.
+After parsing (``runs.metrics.parse``) the batch is ordered by (key, step) and folded per
+key in Python. On PostgreSQL one statement, its arrays sent in binary, writes the points and
+their summaries; a point resent with the same value is not written again, so a resent batch
+changes nothing. Points are keyed by (run, key, step), which is also the table's primary key.
+Each written key is marked stale from its lowest written step, and ``runs.series`` refreshes
+the downsampled series that charts read, a few seconds later.
 
 Summaries: ``last`` and ``step`` (the highest step) and ``count`` (distinct points) are
 exact at once. ``min`` and ``max`` are exact too unless a step is resent with a different
@@ -23,39 +17,27 @@ refresh recomputes both from the points.
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import orjson
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Max, Min
 from django.utils import timezone
 from psycopg.types.numeric import Int8
 
 from marin_site.db import server_binding_cursor
 from marin_site.errors import DomainError
-from runs import metric_declarations, pg_arrays, series
+from runs import metric_declarations, pg_arrays
+from runs.metrics.parse import MAX_ERRORS, PointBatch
 from runs.models import MetricPoint, MetricSummary, Run, RunState
-
-METRIC_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,199}\Z")  # \Z: no trailing newline
-MAX_STEP = 2**62
-EARLIEST, LATEST = 946_684_800.0, 4_102_444_800.0  # 2000-01-01 .. 2100-01-01, unix seconds
-MAX_ERRORS = 20
+from runs.series.rollup import series_refresh_soon
 
 
 class NotRunning(DomainError):
     status_code = 409
-
-
-class BatchTooLarge(DomainError):
-    status_code = 413
 
 
 class RateLimited(DomainError):
@@ -64,122 +46,6 @@ class RateLimited(DomainError):
     def __init__(self, message: str, retry_after: int) -> None:
         super().__init__(message)
         self.retry_after = retry_after
-
-
-@dataclass(frozen=True, slots=True)
-class PointBatch:
-    """A checked batch, column by column. ``times`` are unix seconds, or None for "when it
-    arrives". Each (key, step) appears once: the last of repeats wins."""
-
-    keys: list[str]
-    steps: list[int]
-    values: list[float]
-    times: list[float | None]
-
-    def __len__(self) -> int:
-        return len(self.keys)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def points_parse_body(*, body: bytes) -> PointBatch:
-    """Parse and check a raw request body (see ``points_parse``)."""
-    try:
-        data = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        # orjson refuses NaN and Infinity, which are not JSON.
-        raise ValidationError({"points": [f"send a JSON body: {exc}"]}) from None
-    return points_parse(data=data)
-
-
-def points_parse(*, data: Any) -> PointBatch:
-    """Check a batch body ``{"points": [{key, step, value, time?}, ...]}``.
-
-    One loop, exact type checks (a JSON document has no subclasses; ``True`` is no number),
-    and the key pattern checked once per distinct key."""
-    points = data.get("points") if isinstance(data, dict) else None
-    if not isinstance(points, list):
-        raise ValidationError({"points": ["send a JSON object with a 'points' list"]})
-    cap = settings.RUNS_METRICS_MAX_POINTS
-    if len(points) > cap:
-        raise BatchTooLarge(f"A batch holds at most {cap} points; this one has {len(points)}.")
-    keys: list[str] = []
-    steps: list[int] = []
-    values: list[float] = []
-    times: list[float | None] = []
-    good_keys: set[str] = set()
-    errors: list[str] = []
-    isfinite = math.isfinite
-    for index, point in enumerate(points):
-        if type(point) is dict:
-            key = point.get("key")
-            step = point.get("step")
-            value = point.get("value")
-            at = point.get("time")
-            if (
-                type(key) is str
-                and (key in good_keys or _good_key(key, good_keys))
-                and type(step) is int
-                and 0 <= step < MAX_STEP
-                and (
-                    (type(value) is float and isfinite(value))
-                    or (type(value) is int and -(2**63) <= value < 2**63)
-                )
-                and (at is None or (type(at) in (int, float) and EARLIEST <= at <= LATEST))
-            ):
-                keys.append(key)
-                steps.append(step)
-                values.append(value if type(value) is float else float(value))
-                times.append(at)
-                continue
-        errors.append(f"points[{index}]: {_point_problem(point)}")
-        if len(errors) >= MAX_ERRORS:
-            break
-    if errors:
-        raise ValidationError({"points": errors})
-    if len(set(zip(keys, steps, strict=True))) != len(keys):
-        return _last_of_repeats(keys, steps, values, times)
-    return PointBatch(keys, steps, values, times)
-
-
-def _good_key(key: Any, good_keys: set[str]) -> bool:
-    if type(key) is str and METRIC_KEY.match(key):
-        good_keys.add(key)
-        return True
-    return False
-
-
-def _point_problem(point: Any) -> str:
-    """What is wrong with a point the fast check refused, said for a person."""
-    if not isinstance(point, dict):
-        return "must be an object with key, step, value"
-    key, step, value = point.get("key"), point.get("step"), point.get("value")
-    if not isinstance(key, str) or not METRIC_KEY.match(key):
-        return "key must be 1-200 characters of letters, digits and _./@:+-"
-    if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < MAX_STEP:
-        return "step must be a non-negative integer"
-    finite_float = isinstance(value, float) and math.isfinite(value)
-    int64 = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
-    if not (finite_float or int64):
-        return "value must be a finite number (NaN and infinities are refused)"
-    return "time must be unix seconds between 2000 and 2100"
-
-
-def _last_of_repeats(
-    keys: list[str], steps: list[int], values: list[float], times: list[float | None]
-) -> PointBatch:
-    latest: dict[tuple[str, int], int] = {}
-    for index, pair in enumerate(zip(keys, steps, strict=True)):
-        latest[pair] = index
-    kept = sorted(latest.values())
-    return PointBatch(
-        [keys[i] for i in kept],
-        [steps[i] for i in kept],
-        [values[i] for i in kept],
-        [times[i] for i in kept],
-    )
 
 
 def metrics_rate_check(*, run_id: int) -> None:
@@ -224,11 +90,11 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
     if values is not batch.values:
         batch = PointBatch(batch.keys, batch.steps, values, batch.times)
     if connection.vendor == "postgresql":
-        changed = _ingest_postgresql(run_id=run.pk, batch=batch)
+        changed = ingest_postgresql(run_id=run.pk, batch=batch)
     else:
-        changed = _ingest_portable(run_id=run.pk, batch=batch)
+        changed = ingest_portable(run_id=run.pk, batch=batch)
     if changed:
-        series.series_refresh_soon(run_id=run.pk)
+        series_refresh_soon(run_id=run.pk)
     return len(batch)
 
 
@@ -338,7 +204,7 @@ def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]
     return ordered, folds
 
 
-def _ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
+def ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
     """Returns how many keys had points inserted or changed."""
     ordered, folds = points_order_and_fold(batch)
     times = ordered.times
@@ -368,7 +234,7 @@ def _ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
 
 
 @transaction.atomic
-def _ingest_portable(*, run_id: int, batch: PointBatch) -> int:
+def ingest_portable(*, run_id: int, batch: PointBatch) -> int:
     """Any other database (SQLite, the embedded default): read the stored values of the
     batch's step range, write only what is new or changed, fold those into the summaries."""
     lo, hi = min(batch.steps), max(batch.steps)
@@ -452,40 +318,3 @@ def run_heartbeat(*, run_id: int) -> Run:
     if not updated:
         raise NotRunning(f"Run {run_id} is {run.state}; only a running run sends heartbeats.")
     return run
-
-
-def series_keys(*, run_id: int) -> list[str]:
-    return list(
-        MetricSummary.objects.filter(run_id=run_id).order_by("key").values_list("key", flat=True)
-    )
-
-
-def points_csv_rows(*, run_id: int, key: str | None) -> Iterator[str]:
-    """Every point of a run (or of one key) as CSV lines, streamed."""
-    yield "key,step,value,time\n"
-    rows = MetricPoint.objects.filter(run_id=run_id)
-    if key:
-        rows = rows.filter(key=key)
-    for k, step, value, at in (
-        rows.order_by("key", "step").values_list("key", "step", "value", "time").iterator(10_000)
-    ):
-        yield f"{k},{step},{value!r},{at.isoformat()}\n"
-
-
-def step_range(*, run_id: int, key: str) -> dict[str, Any]:
-    return MetricPoint.objects.filter(run_id=run_id, key=key).aggregate(
-        first=Min("step"), last=Max("step")
-    )
-
-
-def run_import_tracker_metrics(*, run_id: int, jsonl: str) -> Run:
-    """Import a ``tracker_metrics.jsonl`` given whole (the JSON form of the API, at most
-    1 MB): every step of every key, the config and the summary (``runs.tracker_import``)."""
-    from runs import tracker_import
-
-    report = tracker_import.tracker_jsonl_import(
-        run_id=run_id, blocks=[jsonl.encode()], strict=False
-    )
-    if not report.records:
-        raise ValidationError({"jsonl": [report.problem_text() or "holds no tracker record"]})
-    return Run.objects.get(pk=run_id)

@@ -1,23 +1,24 @@
-"""Writes for recipes and plans. Business rules live here, not in views or serializers."""
+"""Writes for recipes: checks, create, edit, load from a file, and their history; and
+whether an executor may take a recipe's runs. Business rules live here, not in views or
+serializers."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import jsonschema
-from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.utils import timezone
 
 from marin_site.doors import Door
 from marin_site.events import MESSAGE_MAX
 from runs.compute import FormulaError, run_cost, validate_compute_model
+from runs.executors import EXECUTORS, pool_name
 from runs.metric_declarations import declarations_forget, declarations_validate
-from runs.models import Plan, PlanEntry, PlanLaunch, Recipe, RecipeEvent
-from runs.plans import Plan as PlanPreview
-from runs.plans import PlanError, RecipeSpec, build_plan, slug_ok, version_ok
+from runs.models import Recipe, RecipeEvent
+from runs.plans import slug_ok, version_ok
+from runs.pools.models import Pool
 
 RECIPE_FIELDS = (
     "name",
@@ -189,9 +190,6 @@ def recipe_load(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> 
 
 def executor_problem(*, executor: str, recipe_name: Any = None) -> str:
     """Why runs cannot be sent to ``executor`` (for ``recipe_name``), or "" when they can."""
-    from runs.executors import EXECUTORS, pool_name
-    from runs.pools.models import Pool
-
     if not executor or executor in EXECUTORS:
         return ""
     name = pool_name(executor)
@@ -205,182 +203,3 @@ def executor_problem(*, executor: str, recipe_name: Any = None) -> str:
     if isinstance(recipe_name, str) and not pool.may_run(recipe_name):
         return f"pool '{name}' may not run recipe '{recipe_name}'"
     return ""
-
-
-def plan_build(
-    *,
-    recipe: Recipe | RecipeSpec,
-    baseline: dict[str, Any],
-    spec_text: str,
-    budget_accelerator_hours: float | None,
-) -> PlanPreview:
-    """Expand and price a plan without storing it; errors as a ValidationError by field."""
-    spec = recipe.as_spec() if isinstance(recipe, Recipe) else recipe
-    try:
-        return build_plan(
-            recipe=spec,
-            baseline=baseline,
-            spec_text=spec_text,
-            budget_accelerator_hours=budget_accelerator_hours,
-        )
-    except PlanError as exc:
-        raise ValidationError(exc.errors) from exc
-
-
-@transaction.atomic
-def plan_freeze(
-    *,
-    recipe: Recipe,
-    baseline: dict[str, Any],
-    spec_text: str,
-    budget_accelerator_hours: float | None,
-) -> Plan:
-    """Store the plan as it stands now; later edits to the recipe do not change it."""
-    preview = plan_build(
-        recipe=recipe,
-        baseline=baseline,
-        spec_text=spec_text,
-        budget_accelerator_hours=budget_accelerator_hours,
-    )
-    plan = Plan.objects.create(
-        recipe=recipe,
-        recipe_snapshot=preview.recipe.as_snapshot(),
-        baseline=preview.baseline,
-        spec_text=spec_text,
-        spec={
-            "axes": preview.spec.axes,
-            "scales": preview.spec.scales,
-            "seeds": preview.spec.seeds,
-        },
-        budget_accelerator_hours=budget_accelerator_hours,
-        run_count=preview.run_count,
-        total_flops=preview.total_flops,
-        total_accelerator_hours=preview.total_accelerator_hours,
-    )
-    PlanEntry.objects.bulk_create(
-        PlanEntry(
-            plan=plan,
-            index=point.index,
-            scale=point.scale,
-            seed=point.seed,
-            overrides=point.overrides,
-            config=point.config,
-            config_hash=point.config_hash,
-            is_baseline=point.is_baseline,
-            diff=point.diff,
-            flops=point.cost.flops,
-            accelerator_hours=point.cost.accelerator_hours,
-            cost_formula=point.cost.formula,
-        )
-        for point in preview.points
-    )
-    return plan
-
-
-def plan_launch(
-    *,
-    plan_id: int,
-    criteria: dict[str, Any] | None = None,
-    executor: str = "",
-    max_concurrent_runs: int | None = None,
-    git_ref: str = "",
-) -> PlanLaunch:
-    """Ask for a frozen plan to run; asking twice launches it once.
-
-    ``criteria`` (metric, direction, threshold) are what the results are judged against;
-    the caller passes them because runs never read proposals. The runs go to ``executor``,
-    else to the recipe's, else to the site's default (a pool must exist and may run the
-    recipe). ``git_ref`` is the code version pinned at approval: every job of the plan gets it
-    (``RUN_GIT_SHA``), on every executor. The recipe's time limit is taken as it is now. Expansion into runs and their dispatch
-    happen in Celery after this commits (and in the reconciler, if that nudge is lost).
-    """
-    from runs.queue import _nudge
-
-    with transaction.atomic():
-        recipe = Plan.objects.select_related("recipe").get(pk=plan_id).recipe
-        target = executor or recipe.executor or settings.RUNS_DEFAULT_EXECUTOR
-        if executor and (problem := executor_problem(executor=executor, recipe_name=recipe.name)):
-            raise ValidationError({"executor": [problem]})
-        launch, created = PlanLaunch.objects.get_or_create(
-            plan_id=plan_id,
-            defaults={
-                "criteria": criteria or {},
-                "command_template": recipe.command_template,
-                "executor": target,
-                "max_concurrent_runs": max_concurrent_runs,
-                "time_limit_seconds": recipe.time_limit_seconds,
-                "git_ref": git_ref.strip()[:255],
-            },
-        )
-        if created:
-            _nudge("plan_expand_task", plan_id=plan_id)
-        return launch
-
-
-def plan_cancel(
-    *, plan_id: int, actor: User | AnonymousUser | None = None, door: str = "web"
-) -> int:
-    """Stop a launched plan: nothing more starts, queued (and preempted) runs are killed,
-    running ones are marked cancel-requested and their executors asked to stop them by a
-    task after commit (and by the reconciler on every pass until they end).
-
-    Set-based, so a plan of a thousand runs is cancelled in a few statements, and atomic
-    with the caller's transaction (a proposal's cancel or withdrawal): the plan is never
-    left half cancelled. Returns how many runs were asked; canceling twice asks nobody twice.
-    """
-    from runs.models import TERMINAL_RUN_STATES, Run, RunEvent, RunState
-    from runs.queue import _nudge
-
-    with transaction.atomic():
-        launch = PlanLaunch.objects.select_for_update().filter(plan_id=plan_id).first()
-        if launch is None:
-            return 0
-        now = timezone.now()
-        if launch.canceled_at is None:
-            launch.canceled_at = now
-            launch.save(update_fields=["canceled_at"])
-        live = list(
-            Run.objects.select_for_update()
-            .filter(plan_id=plan_id)
-            .exclude(state__in=TERMINAL_RUN_STATES)
-            .order_by("pk")
-            .values_list("pk", "state", "cancel_requested_at")
-        )
-        asked = [pk for pk, _state, requested in live if requested is None]
-        killed = [(pk, state) for pk, state, _ in live if state != RunState.RUNNING]
-        user = actor if isinstance(actor, User) else None
-        for chunk in _chunks(asked):
-            Run.objects.filter(pk__in=chunk).update(cancel_requested_at=now, updated_at=now)
-        for chunk in _chunks([pk for pk, _state in killed]):
-            Run.objects.filter(pk__in=chunk).update(
-                state=RunState.KILLED,
-                state_reason="canceled before it started",
-                failure_kind="",
-                finished_at=now,
-                updated_at=now,
-            )
-        events = [
-            RunEvent(run_id=pk, actor=user, verb="cancel_requested", door=door) for pk in asked
-        ]
-        events += [
-            RunEvent(
-                run_id=pk,
-                actor=user,
-                verb=RunState.KILLED,
-                door=door,
-                from_state=state,
-                to_state=RunState.KILLED,
-                message="canceled before it started",
-            )
-            for pk, state in killed
-        ]
-        RunEvent.objects.bulk_create(events, batch_size=500)
-        if killed:
-            _nudge("plan_check_finished_task", plan_id=plan_id)
-        if len(killed) < len(live):  # some are running: their executors must stop them
-            _nudge("plan_stop_task", plan_id=plan_id)
-        return len(asked)
-
-
-def _chunks(ids: list[int], size: int = 500) -> list[list[int]]:
-    return [ids[i : i + size] for i in range(0, len(ids), size)]

@@ -1,0 +1,239 @@
+"""Writes for runs: the one state transition and the run's history, and cancel, rerun and
+retry by a person (or a bot on their behalf).
+
+The database is the truth and a queue message only a nudge: every function here can run
+twice, or after a lost message, and leaves the same rows behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import AnonymousUser, User
+from django.db import transaction
+from django.db.models import Max
+from django.utils import timezone
+
+from marin_site.doors import Door
+from marin_site.errors import DomainError, TransitionNotAllowed
+from marin_site.roles import permission_require
+from runs.models import TERMINAL_RUN_STATES, PlanLaunch, Run, RunEvent, RunState
+from runs.nudges import nudge
+from runs.permissions import CANCEL_RUN, RERUN_RUN, RETRY_RUN
+from runs.signals import run_state_changed
+
+Actor = User | AnonymousUser | None
+
+
+# target state -> the states it may be reached from
+RUN_TRANSITIONS: dict[str, frozenset[str]] = {
+    RunState.RUNNING: frozenset({RunState.QUEUED}),
+    RunState.FINISHED: frozenset({RunState.RUNNING}),
+    RunState.FAILED: frozenset({RunState.QUEUED, RunState.RUNNING, RunState.PREEMPTED}),
+    RunState.KILLED: frozenset({RunState.QUEUED, RunState.RUNNING, RunState.PREEMPTED}),
+    RunState.CRASHED: frozenset({RunState.QUEUED, RunState.RUNNING}),
+    RunState.PREEMPTED: frozenset({RunState.RUNNING}),
+    RunState.QUEUED: frozenset({RunState.PREEMPTED}),  # the next attempt
+}
+
+
+def run_event_record(
+    *,
+    run: Run,
+    verb: str,
+    door: str,
+    actor: Actor = None,
+    actor_label: str = "",
+    from_state: str = "",
+    to_state: str = "",
+    message: str = "",
+) -> RunEvent:
+    return RunEvent.objects.create(
+        run=run,
+        actor=actor if isinstance(actor, User) else None,
+        actor_label=actor_label,
+        verb=verb,
+        door=door,
+        from_state=from_state,
+        to_state=to_state,
+        message=message[:10_000],
+    )
+
+
+@transaction.atomic
+def run_transition(
+    *,
+    run_id: int,
+    to_state: str,
+    door: str,
+    actor: Actor = None,
+    actor_label: str = "",
+    failure_kind: str = "",
+    message: str = "",
+    changes: dict[str, Any] | None = None,
+) -> Run:
+    """The one way a run changes state: lock, check, change, record.
+
+    Does nothing when the run is already in ``to_state``; refuses (naming the allowed source
+    states) a move the state machine does not have. Terminal states never change.
+    """
+    allowed = RUN_TRANSITIONS.get(to_state)
+    if allowed is None:
+        raise DomainError(f"Unknown run state '{to_state}'.")
+    run = Run.objects.select_for_update().get(pk=run_id)
+    if run.state == to_state:
+        return run
+    if run.state not in allowed:
+        raise TransitionNotAllowed(
+            action=f"move a run to {to_state}", current=run.state, allowed=allowed
+        )
+    now = timezone.now()
+    source = run.state
+    update_fields = {"state", "state_reason", "failure_kind", "updated_at"}
+    run.state = to_state
+    run.state_reason = message
+    run.failure_kind = failure_kind
+    if to_state == RunState.RUNNING:
+        run.started_at = run.started_at or now
+        run.heartbeat_at = now
+        update_fields |= {"started_at", "heartbeat_at"}
+    elif to_state == RunState.QUEUED:
+        # The next attempt: the last one's token opens nothing any more (its late reports
+        # are refused with 409), and the run waits to be dispatched (or offered) again.
+        run.attempt += 1
+        run.external_id = ""
+        run.dispatched_at = None
+        run.heartbeat_at = None
+        run.token_hash = ""
+        update_fields |= {"attempt", "external_id", "dispatched_at", "heartbeat_at", "token_hash"}
+    elif to_state in TERMINAL_RUN_STATES:
+        run.finished_at = now
+        update_fields.add("finished_at")
+    for field, value in (changes or {}).items():
+        setattr(run, field, value)
+        update_fields.add(field)
+    run.save(update_fields=sorted(update_fields))
+    run_event_record(
+        run=run,
+        verb=to_state,
+        door=door,
+        actor=actor,
+        actor_label=actor_label,
+        from_state=source,
+        to_state=to_state,
+        message=message if not failure_kind else f"[{failure_kind}] {message}".strip(),
+    )
+    plan_id = run.plan_id
+    transaction.on_commit(
+        lambda: run_state_changed.send(
+            sender=Run, run_id=run_id, plan_id=plan_id, from_state=source, to_state=to_state
+        )
+    )
+    if to_state in TERMINAL_RUN_STATES:
+        nudge("plan_check_finished_task", plan_id=plan_id)
+    if source == RunState.RUNNING:
+        nudge("dispatch_task")  # a slot is free: start the next queued run now, not at beat
+    return run
+
+
+def run_cancel(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
+    """Ask for a run to stop: a queued run is killed at once, a running one once its
+    executor confirms. Asking twice changes nothing. Needs ``runs.cancel_run``."""
+    with transaction.atomic():
+        run = Run.objects.select_for_update().get(pk=run_id)
+        permission_require(actor, CANCEL_RUN, run, "cancel this run")
+        if run.is_terminal:
+            raise TransitionNotAllowed(
+                action="cancel a run",
+                current=run.state,
+                allowed=[RunState.QUEUED, RunState.RUNNING, RunState.PREEMPTED],
+            )
+        if run.cancel_requested_at is None:
+            run.cancel_requested_at = timezone.now()
+            run.save(update_fields=["cancel_requested_at", "updated_at"])
+            run_event_record(run=run, verb="cancel_requested", door=door, actor=actor)
+        if run.state in {RunState.QUEUED, RunState.PREEMPTED}:
+            return run_transition(
+                run_id=run_id,
+                to_state=RunState.KILLED,
+                door=door,
+                actor=actor,
+                message="canceled before it started",
+            )
+        nudge("run_reconcile_task", run_id=run_id)
+        return run
+
+
+def _run_again(
+    *, run_id: int, actor: Actor, door: str, verb: str, sources: frozenset[str], permission: str
+) -> Run:
+    with transaction.atomic():
+        source = Run.objects.select_for_update().get(pk=run_id)
+        permission_require(actor, permission, source, f"{verb} this run")
+        if source.state not in sources:
+            raise TransitionNotAllowed(
+                action=f"{verb} a run", current=source.state, allowed=sources
+            )
+        latest = Run.objects.filter(entry_id=source.entry_id).aggregate(m=Max("sequence"))["m"]
+        if latest != source.sequence:
+            newer = Run.objects.get(entry_id=source.entry_id, sequence=latest)
+            if not newer.is_terminal:
+                return newer  # already asked: the newer run is on its way
+        run = Run.objects.create(
+            plan_id=source.plan_id,
+            entry_id=source.entry_id,
+            sequence=(latest or 0) + 1,
+            recipe_name=source.recipe_name,
+            recipe_version=source.recipe_version,
+            config=source.config,
+            config_hash=source.config_hash,
+            accelerator_hours=source.accelerator_hours,
+            executor=source.executor,
+            max_attempts=source.max_attempts,
+            heartbeat_timeout_seconds=source.heartbeat_timeout_seconds,
+            time_limit_seconds=source.time_limit_seconds,
+            state_reason=f"{verb} of run {source.pk}",
+        )
+        run_event_record(
+            run=run,
+            verb=verb,
+            door=door,
+            actor=actor,
+            to_state=run.state,
+            message=f"{verb} of run {source.pk}",
+        )
+        run_event_record(
+            run=source,
+            verb=f"{verb}_requested",
+            door=door,
+            actor=actor,
+            message=f"run {run.pk} queued",
+        )
+        PlanLaunch.objects.filter(plan_id=source.plan_id).update(finished_at=None, summary=None)
+        nudge("dispatch_task")
+        return run
+
+
+def run_rerun(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
+    """Run a terminal run's config again, even when it finished (or was a cached result).
+    Needs ``runs.rerun_run``."""
+    return _run_again(
+        run_id=run_id,
+        actor=actor,
+        door=door,
+        verb="rerun",
+        sources=TERMINAL_RUN_STATES,
+        permission=RERUN_RUN,
+    )
+
+
+def run_retry(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
+    """Give a run that failed, crashed or was killed another go. Needs ``runs.retry_run``."""
+    return _run_again(
+        run_id=run_id,
+        actor=actor,
+        door=door,
+        verb="retry",
+        sources=frozenset({RunState.FAILED, RunState.CRASHED, RunState.KILLED}),
+        permission=RETRY_RUN,
+    )
