@@ -133,9 +133,12 @@ class _PlanContext:
     def context(self) -> dict[str, Any]:
         # Each name stands for the computed value (or None), computed on first use.
         return {
-            name: SimpleLazyObject(lambda name=name: self.values.get(name))
+            name: SimpleLazyObject(functools.partial(self.values_get, name))
             for name in ("frozen_plan", "plan_entries", "preview_plan", "plan_errors")
         }
+
+    def values_get(self, name: str) -> Any:
+        return self.values.get(name)
 
 
 def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
