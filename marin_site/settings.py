@@ -202,6 +202,15 @@ SHARED_CACHE = CACHES["default"]["BACKEND"].endswith("RedisCache")
 # Off by default without a shared cache: a per-process memory cache cannot see the
 # worker's writes.
 PAGE_CACHE_SECONDS = int(os.environ.get("PAGE_CACHE_SECONDS", "30" if SHARED_CACHE else "0"))
+# Fragments of pages shared by every reader, signed in or not (see marin_site/fragments.py):
+# keyed by the versions of what they show, so they live until it changes; the lifetime only
+# bounds a write that slipped past the bump. Off without a shared cache, as above.
+FRAGMENT_CACHE_SECONDS = int(
+    os.environ.get("FRAGMENT_CACHE_SECONDS", "600" if SHARED_CACHE else "0")
+)
+# Signed-in readers' sessions: from the shared cache, written through to the database.
+if SHARED_CACHE:
+    SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 PAGE_CACHE_VIEWS = frozenset(
     {
         "proposals:list",

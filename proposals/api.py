@@ -27,6 +27,7 @@ from proposals.serializers import (
     ReviewSerializer,
     TimelineEntrySerializer,
     TransitionSerializer,
+    proposal_list_data,
 )
 from runs.serializers import PlanSerializer, plan_data
 
@@ -52,6 +53,14 @@ class ProposalViewSet(
 
     def get_queryset(self) -> Any:
         return selectors.proposal_list()
+
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
+        """The filtered page's ids from the database; its rows mostly from the fragment cache
+        (``proposal_list_data``), field for field what ``ProposalSerializer`` writes."""
+        pks = self.filter_queryset(selectors.proposal_ids()).values_list("pk", flat=True)
+        page = self.paginate_queryset(pks)
+        data = proposal_list_data(pks=list(pks if page is None else page), request=request)
+        return Response(data) if page is None else self.get_paginated_response(data)
 
     def perform_create(self, serializer: Any) -> None:
         data = dict(serializer.validated_data)

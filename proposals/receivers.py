@@ -10,18 +10,23 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from django.contrib.auth import get_user_model
 from django.db import transaction
-from django.db.models.signals import post_save
+from django.db.models import Q
+from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
 from django.dispatch import receiver
 
+from marin_site.fragments import versions_bump
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
 from proposals.follows import notice_add
 from proposals.github.issues import pending_issues_import
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
 from runs.alerts.models import Alert
-from runs.models import Recipe
+from runs.models import Recipe, RunEvent
 from runs.signals import alert_changed, plan_finished, plan_owners, plan_pages, reconcile_pass
+
+FRAGMENT_ROW_SIGNALS = (post_save, post_delete)
 
 
 @receiver(PAGE_SIGNALS, sender=Proposal, dispatch_uid="pagecache:proposals.Proposal")
@@ -109,3 +114,75 @@ def on_alert_changed_notify(
             subject=f"alert {way} on run {alert.run_id} ({alert.kind})",
             body=f"Alert {way} on run {alert.run_id} ({alert.get_kind_display()}): {text}",
         )
+
+
+# ------------------------------------------------ fragment versions (marin_site/fragments.py)
+# A proposal's fragments (its card, API row, page sections) carry its version: each write
+# below replaces the versions of the proposals whose fragments show what it changed.
+
+
+@receiver(FRAGMENT_ROW_SIGNALS, sender=Proposal, dispatch_uid="fragments:proposals.Proposal")
+def on_proposal_written(sender: Any, instance: Proposal, **kwargs: Any) -> None:
+    versions_bump("proposal", [instance.pk])
+
+
+@receiver(FRAGMENT_ROW_SIGNALS, sender=Review, dispatch_uid="fragments:proposals.Review")
+@receiver(FRAGMENT_ROW_SIGNALS, sender=Comment, dispatch_uid="fragments:proposals.Comment")
+@receiver(FRAGMENT_ROW_SIGNALS, sender=Amendment, dispatch_uid="fragments:proposals.Amendment")
+@receiver(FRAGMENT_ROW_SIGNALS, sender=Event, dispatch_uid="fragments:proposals.Event")
+def on_proposal_part_written(sender: Any, instance: Any, **kwargs: Any) -> None:
+    versions_bump("proposal", [instance.proposal_id])
+
+
+@receiver(m2m_changed, sender=Proposal.labels.through, dispatch_uid="fragments:proposals.labels")
+def on_labels_changed(
+    sender: Any, instance: Any, action: str, reverse: bool, pk_set: Any, **kwargs: Any
+) -> None:
+    if not reverse:  # proposal.labels.add/remove/set/clear
+        if action.startswith("post_"):
+            versions_bump("proposal", [instance.pk])
+    elif action == "pre_clear":  # label.proposals.clear(): the proposals it had
+        versions_bump("proposal", _proposals_with_label(instance.pk))
+    elif action.startswith("post_") and pk_set:  # label.proposals.add/remove
+        versions_bump("proposal", pk_set)
+
+
+def _proposals_with_label(label_id: int) -> list[int]:
+    through = Proposal.labels.through.objects
+    return list(through.filter(label_id=label_id).values_list("proposal_id", flat=True))
+
+
+@receiver(post_save, sender=Label, dispatch_uid="fragments:proposals.Label:save")
+@receiver(pre_delete, sender=Label, dispatch_uid="fragments:proposals.Label:delete")
+def on_label_written(sender: Any, instance: Label, **kwargs: Any) -> None:
+    """A renamed or deleted label changes every card that shows it."""
+    versions_bump("proposal", _proposals_with_label(instance.pk))
+
+
+@receiver(post_save, sender=Recipe, dispatch_uid="fragments:runs.Recipe")
+def on_recipe_written(sender: Any, instance: Recipe, **kwargs: Any) -> None:
+    """A proposal shows its recipe's name and a plan preview computed from the recipe."""
+    proposals = Proposal.objects.filter(recipe_id=instance.pk).values_list("pk", flat=True)
+    versions_bump("proposal", list(proposals))
+
+
+@receiver(pre_save, sender=get_user_model(), dispatch_uid="fragments:user-renamed")
+def on_user_renamed(sender: Any, instance: Any, update_fields: Any = None, **kwargs: Any) -> None:
+    """A username is shown on the proposals the user wrote, reviewed, commented and acted
+    on; a rename (rare) makes them all fresh."""
+    field = sender.USERNAME_FIELD
+    if instance.pk is None or (update_fields is not None and field not in update_fields):
+        return  # a new user, or a save of other fields (the last login)
+    before = sender.objects.filter(pk=instance.pk).values_list(field, flat=True).first()
+    if before is None or before == getattr(instance, field):
+        return
+    touched = Proposal.objects.filter(
+        Q(author=instance.pk)
+        | Q(reviews__reviewer=instance.pk)
+        | Q(comments__author=instance.pk)
+        | Q(events__actor=instance.pk)
+        | Q(amendments__author=instance.pk)
+    ).values_list("pk", flat=True)
+    plans = RunEvent.objects.filter(actor=instance.pk).values_list("run__plan_id", flat=True)
+    of_runs = Proposal.objects.filter(plan_id__in=plans).values_list("pk", flat=True)
+    versions_bump("proposal", {*touched, *of_runs})

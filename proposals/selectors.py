@@ -16,6 +16,7 @@ from django.db.models import (
     F,
     FloatField,
     IntegerField,
+    Max,
     OuterRef,
     Prefetch,
     Q,
@@ -93,24 +94,46 @@ def proposal_list() -> QuerySet[Proposal]:
     )
 
 
+def proposal_ids() -> QuerySet[Proposal]:
+    """Every proposal in the list's order, nothing joined or annotated: to filter and take a
+    page of ids (the rows themselves then come from fragments or ``proposal_list``)."""
+    return Proposal.objects.order_by("-created_at", "-id")
+
+
 def proposal_rows() -> QuerySet[Proposal]:
     """The list page's rows: ``proposal_list`` without the long texts a row never shows."""
     return proposal_list().defer(*PROPOSAL_HEAVY)
 
 
-def proposal_detail(*, pk: int) -> Proposal:
-    """One proposal with its reviews, comments and amendments, prefetched (its timeline:
-    ``proposal_timeline``)."""
-    return (
-        Proposal.objects.select_related("author", "recipe", "plan")
-        .prefetch_related(
-            "labels",
-            "amendments__author",
-            Prefetch("reviews", queryset=Review.objects.select_related("reviewer")),
-            Prefetch("comments", queryset=Comment.objects.select_related("author")),
+def proposal_page_prefetches() -> dict[str, Any]:
+    """What the proposal page's sections show besides the proposal, by section, prefetched
+    in one query each (a section that comes from the fragment cache needs none)."""
+    return {
+        "head": ["labels"],
+        "body": ["amendments__author"],
+        "reviews": [Prefetch("reviews", queryset=Review.objects.select_related("reviewer"))],
+        "comments": [Prefetch("comments", queryset=Comment.objects.select_related("author"))],
+        "details": [],
+    }
+
+
+def proposal_detail(*, pk: int, prefetch: bool = True) -> Proposal:
+    """One proposal with its labels, reviews, comments and amendments prefetched (without
+    them when ``prefetch`` is False: ``proposal_page_prefetches`` says what each section
+    needs; the timeline: ``proposal_timeline``)."""
+    queryset = Proposal.objects.select_related("author", "recipe", "plan")
+    if prefetch:
+        queryset = queryset.prefetch_related(
+            *(lookup for lookups in proposal_page_prefetches().values() for lookup in lookups)
         )
-        .get(pk=pk)
-    )
+    return queryset.get(pk=pk)
+
+
+def proposal_own_review(*, proposal: Proposal, reviewer: Any) -> Review | None:
+    """The reviewer's own review of the proposal, if any (from the prefetch when there is one)."""
+    if "reviews" in getattr(proposal, "_prefetched_objects_cache", {}):
+        return next((r for r in proposal.reviews.all() if r.reviewer_id == reviewer.pk), None)
+    return Review.objects.filter(proposal=proposal, reviewer=reviewer.pk).first()
 
 
 def review_queue(*, reviewer: Any) -> QuerySet[Proposal]:
@@ -236,6 +259,13 @@ def proposal_timeline(*, proposal: Proposal) -> QuerySet[Any]:
         .values(*TIMELINE_COLUMNS, "kind", "actor_name", "run_ref")
     )
     return own.union(of_runs, all=True).order_by("created_at", "id")
+
+
+def plan_last_run_event(*, plan_id: int | None) -> int | None:
+    """The id of the latest event of the plan's runs (events are only ever added)."""
+    if plan_id is None:
+        return None
+    return RunEvent.objects.filter(run__plan_id=plan_id).aggregate(last=Max("id"))["last"]
 
 
 def timeline_entries(rows: Iterable[dict[str, Any]]) -> list[TimelineEntry]:

@@ -8,6 +8,8 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from marin_site.fragments import Fragments, pk_url
+from proposals import selectors
 from proposals.actions import allowed_actions
 from proposals.markdown import render_markdown
 from proposals.models import Comment, Confidence, Direction, Outcome, Proposal, Review
@@ -165,6 +167,71 @@ class ProposalSerializer(serializers.ModelSerializer):
     @extend_schema_field(serializers.CharField())
     def get_description_html(self, obj: Proposal) -> str:
         return str(render_markdown(obj.description))
+
+
+# The fields that depend on the request (its host, its user): never kept in a fragment.
+REQUEST_FIELDS = ("url", "html_url", "allowed_actions")
+
+
+class SharedProposalSerializer(ProposalSerializer):
+    """A proposal's fields that are the same for every reader: ``ProposalSerializer`` without
+    ``REQUEST_FIELDS``, for the cached rows of the list (``proposal_list_data``)."""
+
+    url = None  # type: ignore[assignment]
+    html_url = None  # type: ignore[assignment]
+    allowed_actions = None  # type: ignore[assignment]
+
+    class Meta(ProposalSerializer.Meta):
+        fields = [f for f in ProposalSerializer.Meta.fields if f not in REQUEST_FIELDS]
+
+
+def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
+    """The API list's rows of these proposals, in order, exactly as ``ProposalSerializer``
+    writes them: the fields shared by every reader from the fragment cache while the
+    proposal's version is current (the rows of the others are loaded after the versions were
+    read, and serialised); the links built from one reversed URL each; the reader's
+    ``allowed_actions`` asked per row from the state, hold, plan and author kept beside them."""
+    fragments = Fragments({f"proposal-api:{pk}": [("proposal", pk)] for pk in pks})
+    missing = [pk for pk in pks if fragments.get(f"proposal-api:{pk}") is None]
+    if missing:
+        for obj in selectors.proposal_list().filter(pk__in=missing):
+            shared = dict(SharedProposalSerializer(obj).data)
+            fragments.put(f"proposal-api:{obj.pk}", {"data": shared, "author_id": obj.author_id})
+    api_url = pk_url("proposal-detail", request)
+    html_url = pk_url("proposals:detail", request)
+    user = getattr(request, "user", None)
+    # What a reader may do depends on the proposal's state, hold, whether it has a plan and
+    # whether the reader wrote it (proposals/actions.py): asked once per such combination.
+    actions: dict[tuple[Any, ...], list[str]] = {}
+    rows = []
+    for pk in pks:
+        entry = fragments.get(f"proposal-api:{pk}")
+        if entry is None:  # deleted since the page was counted
+            continue
+        shared = entry["data"]
+        mine = user is not None and entry["author_id"] == user.pk
+        situation = (shared["state"], shared["on_hold"], shared["plan_id"] is None, mine)
+        if situation not in actions:
+            state_of = Proposal(
+                pk=pk,
+                state=shared["state"],
+                on_hold=shared["on_hold"],
+                plan_id=shared["plan_id"],
+                author_id=entry["author_id"],
+            )
+            allowed = allowed_actions(state_of, user) if user else []
+            actions[situation] = [a.name for a in allowed]
+        per_request = {
+            "url": api_url(pk),
+            "html_url": html_url(pk),
+            "allowed_actions": list(actions[situation]),
+        }
+        rows.append({f: per_request[f] if f in per_request else shared[f] for f in FIELDS})
+    fragments.save()
+    return rows
+
+
+FIELDS = ProposalSerializer.Meta.fields
 
 
 class TransitionSerializer(serializers.Serializer):

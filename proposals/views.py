@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import hashlib
 from typing import Any
 
 from django.contrib import messages
@@ -9,15 +11,19 @@ from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
+from django.db.models import prefetch_related_objects
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
+from django.template.loader import get_template
 from django.utils.cache import patch_cache_control
-from django.utils.functional import cached_property
+from django.utils.functional import SimpleLazyObject, cached_property
+from django.utils.safestring import SafeString, mark_safe
 from django.views.decorators.http import require_POST
 
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.fragments import Fragments
 from proposals import export as proposal_export
 from proposals import follows, query_language, selectors, services
 from proposals import permissions as perms
@@ -52,47 +58,129 @@ def refusal(
 
 
 def proposal_list(request: HttpRequest) -> HttpResponse:
-    filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_rows())
+    filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_ids())
     queryset = (
-        filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_rows()
+        filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_ids()
     )
-    page = Paginator(queryset, 25).get_page(request.GET.get("page"))
+    page = Paginator(queryset.values_list("pk", flat=True), 25).get_page(request.GET.get("page"))
+    pks = list(page.object_list)
     query = request.GET.copy()
     query.pop("page", None)
-    return render(
+    # The filter bar shows only the query string; the footer, nothing at all.
+    filters = "list-filters:" + hashlib.sha256(request.GET.urlencode().encode()).hexdigest()
+    fragments = Fragments(
+        {
+            filters: [],
+            "site-footer": [],
+            **{f"proposal-card:{pk}": [("proposal", pk)] for pk in pks},
+        }
+    )
+    response = render(
         request,
         "proposals/list.html",
         {
             "filter": filterset.form,
             "page": page,
+            "cards": proposal_cards(pks, fragments),
             "query": query.urlencode(),
             "State": State,
+            "fragments": fragments,
+            "filters_fragment": filters,
             "feed_label": label_or_none(request.GET.get("label")),
         },
     )
+    fragments.save()
+    return response
 
 
-def _plan_context(proposal: Proposal) -> dict[str, Any]:
-    if proposal.plan is not None:
+def proposal_cards(pks: list[int], fragments: Fragments) -> list[SafeString]:
+    """The list page's cards of these proposals, in order: the same for every reader, so each
+    comes from the fragment cache while its proposal's version is current; the rows of the
+    others are loaded (after ``fragments`` read the versions) and rendered."""
+    missing = [pk for pk in pks if fragments.get(f"proposal-card:{pk}") is None]
+    rows = {p.pk: p for p in selectors.proposal_rows().filter(pk__in=missing)} if missing else {}
+    card = get_template("proposals/_card.html")
+    cards = []
+    for pk in pks:
+        name = f"proposal-card:{pk}"
+        html = fragments.get(name)
+        if html is None:
+            if pk not in rows:  # deleted since the page was counted
+                continue
+            html = str(card.render({"p": rows[pk]}))
+            fragments.put(name, html)
+        cards.append(mark_safe(html))  # noqa: S308 (rendered by the template engine)
+    return cards
+
+
+class _PlanContext:
+    """The plan section's context, computed only when the section is rendered (not when it
+    comes from the fragment cache): the preview computes the whole plan from the recipe."""
+
+    def __init__(self, proposal: Proposal) -> None:
+        self.proposal = proposal
+
+    @cached_property
+    def values(self) -> dict[str, Any]:
+        proposal = self.proposal
+        if proposal.plan is not None:
+            return {
+                "frozen_plan": proposal.plan,
+                "plan_entries": proposal.plan.entries.order_by("index"),
+            }
+        try:
+            return {"preview_plan": services.proposal_plan(proposal=proposal)}
+        except ValidationError as exc:
+            return {"plan_errors": exc.messages}
+
+    def context(self) -> dict[str, Any]:
+        # Each name stands for the computed value (or None), computed on first use.
         return {
-            "frozen_plan": proposal.plan,
-            "plan_entries": proposal.plan.entries.order_by("index"),
+            name: SimpleLazyObject(functools.partial(self.values_get, name))
+            for name in ("frozen_plan", "plan_entries", "preview_plan", "plan_errors")
         }
-    try:
-        return {"preview_plan": services.proposal_plan(proposal=proposal)}
-    except ValidationError as exc:
-        return {"plan_errors": exc.messages}
+
+    def values_get(self, name: str) -> Any:
+        return self.values.get(name)
 
 
 def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    # The versions first, then the rows (marin_site/fragments.py explains the order).
+    # The page's sections that are the same for every reader (detail.html wraps each in
+    # {% fragment %}), and what each needs loaded when it is rendered.
+    sections = selectors.proposal_page_prefetches()
+    fragments = Fragments(
+        {"site-footer": [], **{name: [("proposal", pk)] for name in (*sections, "timeline")}},
+        scope=f"proposal-page:{pk}",
+    )
     try:
-        proposal = selectors.proposal_detail(pk=pk)
+        proposal = selectors.proposal_detail(pk=pk, prefetch=False)
     except Proposal.DoesNotExist as exc:
         raise Http404("No such proposal.") from exc
+    # Changes that reach the row without a signal (the GitHub issue's number is stored with
+    # an update()), and the runs' events, written in bulk, on the timeline:
+    for name in ("head", "body", "details"):
+        fragments.refine(name, proposal.updated_at.isoformat(), proposal.github_issue_number)
+    fragments.refine("timeline", selectors.plan_last_run_event(plan_id=proposal.plan_id))
+    prefetch_related_objects(
+        [proposal],
+        *(
+            lookup
+            for name, lkps in sections.items()
+            if fragments.get(name) is None
+            for lookup in lkps
+        ),
+    )
     user = request.user
     allowed = {action.name: action for action in allowed_actions(proposal, user)}
-    own_review = next((r for r in proposal.reviews.all() if r.reviewer_id == user.pk), None)
-    timeline, timeline_cut = selectors.proposal_timeline_recent(proposal=proposal)
+    own_review = None
+    if "review" in allowed:
+        own_review = selectors.proposal_own_review(proposal=proposal, reviewer=user)
+
+    @functools.cache
+    def timeline() -> tuple[list[selectors.TimelineEntry], bool]:
+        return selectors.proposal_timeline_recent(proposal=proposal)
+
     context = {
         "proposal": proposal,
         "actions": [  # (name, label, action): the buttons of the actions panel
@@ -111,8 +199,9 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
             if proposal.plan_id is not None and "record_outcome" in allowed
             else ""
         ),
-        "timeline": timeline,
-        "timeline_cut": timeline_cut,
+        # Only read when the timeline is rendered, not when it comes from the cache:
+        "timeline": SimpleLazyObject(lambda: timeline()[0]),
+        "timeline_cut": SimpleLazyObject(lambda: timeline()[1]),
         "outcome_form": OutcomeForm(
             initial={  # a recorded verdict is kept when changing it; none is suggested
                 "outcome": proposal.outcome,
@@ -124,9 +213,11 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "open_alerts": list(alert_selectors.plan_open_alerts(plan_id=proposal.plan_id))
         if proposal.plan_id is not None
         else [],
-        **_plan_context(proposal),
+        "fragments": fragments,
+        **_PlanContext(proposal).context(),
     }
     response = render(request, "proposals/detail.html", context)
+    fragments.save()
     if proposal.plan_id is not None and run_selectors.plan_in_flight(plan_id=proposal.plan_id):
         # Its numbers change every few seconds: never serve it from the page cache.
         patch_cache_control(response, private=True)

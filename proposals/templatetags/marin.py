@@ -69,3 +69,30 @@ def page_link(context: dict[str, Any], number: int) -> str:
     query = context["request"].GET.copy()
     query["page"] = number
     return "?" + query.urlencode()
+
+
+class FragmentNode(template.Node):
+    def __init__(self, name: template.base.FilterExpression, nodelist: template.NodeList) -> None:
+        self.name = name
+        self.nodelist = nodelist
+
+    def render(self, context: template.Context) -> str:
+        fragments = context.get("fragments")
+        if fragments is None:
+            return self.nodelist.render(context)
+        name = str(self.name.resolve(context))
+        return fragments.get_or_render(name, lambda: self.nodelist.render(context))
+
+
+@register.tag
+def fragment(parser: template.base.Parser, token: template.base.Token) -> FragmentNode:
+    """``{% fragment "reviews" %}...{% endfragment %}``: a part of a page that is the same for
+    every reader, from the view's ``fragments`` (``marin_site.fragments.Fragments``) when
+    current, else rendered and kept. Without ``fragments`` in the context, just rendered.
+    Nothing inside may depend on the reader (their name, controls, CSRF token)."""
+    bits = token.split_contents()
+    if len(bits) != 2:
+        raise template.TemplateSyntaxError("{% fragment NAME %} takes one argument")
+    nodelist = parser.parse(("endfragment",))
+    parser.delete_first_token()
+    return FragmentNode(parser.compile_filter(bits[1]), nodelist)

@@ -1,0 +1,270 @@
+"""Pages for signed-in readers from cached fragments (marin_site/fragments.py): the same
+sections for everyone, each reader's own header, CSRF token and controls, and every write
+seen on the next request."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import AnonymousUser
+from django.core.cache import cache
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient, APIRequestFactory
+
+from proposals.models import Label, Proposal, State
+from proposals.selectors import proposal_list
+from proposals.serializers import ProposalSerializer
+from proposals.services import comment_create, proposal_update, review_submit
+from runs.models import RunEvent
+from tests.factories import ProposalFactory, ReviewFactory, UserFactory
+from tests.runs.runs_helpers import launched_plan
+
+pytestmark = pytest.mark.django_db
+
+CSRF = re.compile(rb'name="csrfmiddlewaretoken" value="([^"]+)"')
+
+
+@pytest.fixture(autouse=True)
+def _fragments_on(settings: Any) -> None:
+    settings.FRAGMENT_CACHE_SECONDS = 600
+    settings.PAGE_CACHE_SECONDS = 0
+    cache.clear()
+
+
+def signed_in(user: Any) -> Client:
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+@pytest.fixture
+def submitted(contributor: Any, recipe: Any) -> Any:
+    return ProposalFactory.create(
+        author=contributor, recipe=recipe, state=State.SUBMITTED, title="Top-2 routing"
+    )
+
+
+def test_each_reader_gets_their_own_header_token_and_controls_around_shared_sections(
+    submitted: Any, contributor: Any, reviewer: Any, maintainer: Any
+) -> None:
+    url = f"/proposals/{submitted.pk}/"
+    readers = {"max": maintainer, "rita": reviewer, "carla": contributor}
+    pages = {}
+    for _ in range(2):  # the second round comes from the fragments the first one kept
+        for name, user in readers.items():
+            pages[name] = signed_in(user).get(url).content
+    outsider = UserFactory.create(username="olga")
+    pages["olga"] = signed_in(outsider).get(url).content
+
+    for name, page in pages.items():
+        assert f">{name}</a>".encode() in page  # the header names this reader
+        others = {f">{other}</a>".encode() for other in pages if other not in {name, "carla"}}
+        assert not any(other in page for other in others)  # and nobody else
+        assert b"Top-2 routing" in page
+    tokens = {name: set(CSRF.findall(page)) for name, page in pages.items()}
+    for name, mine in tokens.items():
+        assert mine
+        assert not any(mine & theirs for other, theirs in tokens.items() if other != name)
+
+    assert b'class="action-form action-approve"' in pages["max"]
+    assert b'class="action-form action-approve"' not in pages["rita"]
+    assert b'class="action-form action-approve"' not in pages["carla"]
+    assert b"Write a review" in pages["rita"] and b"Write a review" in pages["max"]
+    assert b"Write a review" not in pages["carla"]  # never one's own proposal
+    assert b"Edit proposal" in pages["carla"] and b"Edit proposal" in pages["max"]
+    assert b"Edit proposal" not in pages["rita"] and b"Edit proposal" not in pages["olga"]
+    assert b'class="action-form action-withdraw"' in pages["carla"]
+    assert b'class="action-form action-withdraw"' not in pages["olga"]
+    assert b"Add a comment" in pages["olga"]
+    anonymous = Client().get(url).content
+    assert b"Sign in to comment" in anonymous and b"Add a comment" not in anonymous
+    assert b"Write a review" not in anonymous and b"Sign out" not in anonymous
+
+
+def test_own_review_fills_the_form_of_its_writer_only(
+    submitted: Any, reviewer: Any, maintainer: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    url = f"/proposals/{submitted.pk}/"
+    signed_in(maintainer).get(url)
+    with django_capture_on_commit_callbacks(execute=True):
+        ReviewFactory.create(proposal=submitted, reviewer=reviewer, text="Add a third seed.")
+    rita = signed_in(reviewer).get(url).content
+    max_page = signed_in(maintainer).get(url).content
+    assert b"Update your review" in rita and b"Add a third seed.</textarea>" in rita
+    assert b"Update your review" not in max_page and b"Write a review" in max_page
+    assert b"Add a third seed." in max_page  # the review itself, in the shared section
+
+
+def test_second_request_takes_the_sections_from_the_cache(
+    submitted: Any, reviewer: Any, django_assert_max_num_queries: Any
+) -> None:
+    ReviewFactory.create(proposal=submitted)
+    client = signed_in(reviewer)
+    url = f"/proposals/{submitted.pk}/"
+    cold = client.get(url)
+    with django_assert_max_num_queries(7) as warm:
+        # session, user, roles, proposal, own review, last run event; nothing for the sections
+        warm_page = client.get(url).content
+    assert CSRF.sub(b"", warm_page) == CSRF.sub(b"", cold.content)  # tokens are masked anew
+    assert not any("proposals_comment" in q["sql"] for q in warm.captured_queries)
+    assert not any("proposals_event" in q["sql"] for q in warm.captured_queries)
+
+
+@pytest.mark.parametrize("write", ["edit", "review", "comment", "label", "label-rename"])
+def test_a_write_shows_on_the_next_request_for_everyone(
+    write: str,
+    submitted: Any,
+    contributor: Any,
+    reviewer: Any,
+    maintainer: Any,
+    api: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    label = Label.objects.create(name="routing")
+    submitted.labels.add(label)
+    other = ProposalFactory.create(recipe=submitted.recipe, title="Untouched neighbour")
+    readers = [signed_in(maintainer), signed_in(reviewer), signed_in(contributor), Client()]
+    url = f"/proposals/{submitted.pk}/"
+    for client in readers:  # fill every fragment
+        client.get("/")
+        client.get(url)
+    api.get("/api/v1/proposals/")
+
+    with django_capture_on_commit_callbacks(execute=True):
+        if write == "edit":
+            proposal_update(
+                proposal_id=submitted.pk,
+                actor=contributor,
+                data={"title": "Top-2 routing, 3 seeds", "summary": "Now with seeds."},
+                labels=None,
+            )
+            expected = "Top-2 routing, 3 seeds"
+        elif write == "review":
+            review_submit(
+                proposal_id=submitted.pk,
+                reviewer=reviewer,
+                score=4,
+                recommendation="approve",
+                text="Cheap and clear.",
+            )
+            expected = "1 review, average 4.0/5"
+        elif write == "comment":
+            comment_create(proposal_id=submitted.pk, author=maintainer, body="Which seeds?")
+            expected = "Which seeds?"
+        elif write == "label":
+            submitted.labels.add(Label.objects.create(name="capacity-study"))
+            expected = "capacity-study"
+        else:
+            label.name = "router-study"
+            label.save()
+            expected = "router-study"
+
+    for client in readers:
+        listed = client.get("/").content.decode()
+        if write != "comment":  # a card shows no comments
+            assert expected in listed
+        assert "Untouched neighbour" in listed
+        page = client.get(url).content.decode()
+        assert ("Cheap and clear." if write == "review" else expected) in page
+    rows = {row["id"]: row for row in api.get("/api/v1/proposals/").json()["results"]}
+    if write == "edit":
+        assert rows[submitted.pk]["title"] == expected
+    elif write == "review":
+        assert rows[submitted.pk]["review_count"] == 1
+    elif write in {"label", "label-rename"}:
+        assert expected in rows[submitted.pk]["labels"]
+    assert rows[other.pk]["title"] == "Untouched neighbour"
+
+
+def test_a_write_to_one_proposal_keeps_the_others_fragments(
+    submitted: Any, contributor: Any, maintainer: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    others = ProposalFactory.create_batch(3, recipe=submitted.recipe)
+    client = signed_in(maintainer)
+    client.get("/")
+    with django_capture_on_commit_callbacks(execute=True):
+        proposal_update(
+            proposal_id=submitted.pk, actor=contributor, data={"summary": "Changed."}, labels=None
+        )
+    # Only the changed proposal's row is loaded again: a query naming its id alone.
+    with CaptureQueriesContext(connection) as queries:
+        assert b"Changed." in client.get("/").content
+    row_loads = [
+        q["sql"] for q in queries.captured_queries if '"proposals_proposal"."title"' in q["sql"]
+    ]
+    assert len(row_loads) == 1
+    assert str(submitted.pk) in row_loads[0]
+    assert not any(f"({p.pk})" in row_loads[0] or f", {p.pk}" in row_loads[0] for p in others)
+
+
+def test_a_run_event_shows_on_the_timeline(recipe: Any, contributor: Any, maintainer: Any) -> None:
+    plan = launched_plan(recipe)
+    proposal = ProposalFactory.create(
+        author=contributor, recipe=recipe, state=State.APPROVED, plan=plan
+    )
+    url = f"/proposals/{proposal.pk}/"
+    client = signed_in(maintainer)
+    client.get(url)
+    run = plan.runs.first()
+    # Written in bulk (no signal), as the queue and the cancel do:
+    RunEvent.objects.bulk_create([RunEvent(run=run, verb="preempted-by-test")])
+    assert b"preempted-by-test" in client.get(url).content
+    assert b"preempted-by-test" in signed_in(contributor).get(url).content
+
+
+def test_an_issue_number_stored_with_update_shows_in_the_details(
+    submitted: Any, maintainer: Any
+) -> None:
+    url = f"/proposals/{submitted.pk}/"
+    client = signed_in(maintainer)
+    assert b"GitHub issue</dt>" not in client.get(url).content
+    Proposal.objects.filter(pk=submitted.pk).update(github_issue_number=4242)
+    assert b"#4242" in client.get(url).content
+
+
+def test_api_rows_from_the_cache_are_the_serializer_s_own_and_per_reader_actions(
+    submitted: Any,
+    contributor: Any,
+    maintainer: Any,
+    api_as: Any,
+    django_assert_num_queries: Any,
+) -> None:
+    ProposalFactory.create(recipe=submitted.recipe, state=State.DRAFT).labels.add(
+        Label.objects.create(name="moe")
+    )
+    anonymous = APIClient()
+    anonymous.get("/api/v1/proposals/")  # fills the fragments
+    with django_assert_num_queries(2):  # the count and the page's ids; rows from the cache
+        rows = anonymous.get("/api/v1/proposals/").json()["results"]
+
+    request = APIRequestFactory().get("/api/v1/proposals/")
+    request.user = AnonymousUser()
+    expected = ProposalSerializer(
+        list(proposal_list()), many=True, context={"request": request}
+    ).data
+    assert rows == [dict(row) for row in expected]
+    assert list(rows[0]) == ProposalSerializer.Meta.fields
+
+    as_max = {r["id"]: r for r in api_as(maintainer).get("/api/v1/proposals/").json()["results"]}
+    assert {"approve", "reject", "hold"} <= set(as_max[submitted.pk]["allowed_actions"])
+    as_carla = {r["id"]: r for r in api_as(contributor).get("/api/v1/proposals/").json()["results"]}
+    assert "approve" not in as_carla[submitted.pk]["allowed_actions"]
+    assert "withdraw" in as_carla[submitted.pk]["allowed_actions"]
+    assert as_carla[submitted.pk]["title"] == as_max[submitted.pk]["title"]
+
+
+def test_a_renamed_user_is_renamed_on_every_page(
+    submitted: Any, contributor: Any, maintainer: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    client = signed_in(maintainer)
+    client.get("/")
+    client.get(f"/proposals/{submitted.pk}/")
+    contributor.username = "carla-renamed"
+    with django_capture_on_commit_callbacks(execute=True):
+        contributor.save()
+    assert b">carla-renamed</a>" in client.get("/").content
+    assert b">carla-renamed</a>" in client.get(f"/proposals/{submitted.pk}/").content
