@@ -12,9 +12,12 @@ from proposals.models import (
     Amendment,
     Comment,
     Event,
+    Follow,
     GitHubOutbox,
     GitHubRoleGrant,
     Label,
+    Notice,
+    NoticeDelivery,
     OutboxState,
     PendingIssue,
     Proposal,
@@ -147,3 +150,32 @@ class PendingIssueAdmin(TimelineAdmin):
 
     list_display = ["number", "reason", "received_at", "updated_at"]
     search_fields = ["reason"]
+
+
+@admin.register(Follow)
+class FollowAdmin(admin.ModelAdmin):
+    """Who follows which proposal: a maintainer may remove a follow (a bouncing address),
+    never add one for someone."""
+
+    list_display = ["user", "proposal", "created_at"]
+    raw_id_fields = ["user", "proposal"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: models.Model | None = None) -> bool:
+        return False
+
+
+@admin.register(Notice)
+class NoticeAdmin(TimelineAdmin):
+    """What followers were told, and whether every mail went out."""
+
+    list_display = ["subject", "proposal", "created_at", "sent_at"]
+    list_filter = ["sent_at"]
+    search_fields = ["subject", "key"]
+
+
+@admin.register(NoticeDelivery)
+class NoticeDeliveryAdmin(TimelineAdmin):
+    list_display = ["notice", "user", "sent_at"]

@@ -11,7 +11,7 @@ from django.core.exceptions import ValidationError
 
 from marin_site.admin import TimelineAdmin
 from runs.alerts import rules
-from runs.alerts.models import Alert, AlertRule
+from runs.alerts.models import Alert, AlertRule, AlertWatch
 
 
 class AlertRuleForm(forms.ModelForm):
@@ -46,3 +46,12 @@ class AlertAdmin(TimelineAdmin):
     list_display = ["run", "kind", "key", "opened_at", "closed_at"]
     list_filter = ["kind"]
     raw_id_fields = ["run"]
+
+
+@admin.register(AlertWatch)
+class AlertWatchAdmin(TimelineAdmin):
+    """The rolling state each rule keeps per run (kept by the evaluation, shown to debug a
+    rule, never edited)."""
+
+    list_display = ["run", "kind", "key"]
+    list_filter = ["kind"]

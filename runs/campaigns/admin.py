@@ -89,3 +89,12 @@ class InterventionAdmin(admin.ModelAdmin):
         if not change:
             obj.created_by = request.user
         super().save_model(request, obj, form, change)
+
+
+@admin.register(CampaignRun)
+class CampaignRunAdmin(admin.ModelAdmin):
+    """A campaign's runs are edited inline on the campaign; this list finds a run's campaigns."""
+
+    list_display = ["campaign", "run", "phase", "order"]
+    list_filter = ["campaign", "phase"]
+    raw_id_fields = ["run"]

@@ -120,7 +120,7 @@ def test_sustained_throughput_drop_opens_and_recovery_closes(
     for chunk in (steady, dropped, back):
         assert send(api, run, token, chunk).status_code == 200
     alert = Alert.objects.get(kind=AlertKind.DROP)
-    assert 300 < alert.opened_step < 320
+    assert alert.opened_step is not None and 300 < alert.opened_step < 320
     assert alert.closed_step is not None and 360 < alert.closed_step < 390
     assert "dropped to a median of" in alert.message
 
