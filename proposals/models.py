@@ -433,6 +433,7 @@ class NoticeDelivery(models.Model):
     sent_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
+        verbose_name_plural = "notice deliveries"
         constraints = [
             models.UniqueConstraint(fields=["notice", "user"], name="notice_delivery_once")
         ]

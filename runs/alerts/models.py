@@ -72,6 +72,7 @@ class AlertWatch(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name_plural = "alert watches"
         constraints = [
             models.UniqueConstraint(fields=["run", "kind", "key"], name="alert_watch_unique")
         ]
