@@ -44,12 +44,16 @@ def test_accelerator_hours_are_flops_over_peak_times_mfu_in_hours() -> None:
 
 
 def test_flops_from_formulas_over_the_config() -> None:
-    config = TINY_MOE["default_config"]  # width 64, depth 2, top_k 1, 4 experts, vocab 256
+    config = TINY_MOE["default_config"]  # width 64, depth 2, top_k 1, 4 experts, vocab 256, seq 64
 
     cost = run_cost(TINY_MOE["compute_model"], config)
 
-    active = 2 * (4 * 64**2 + 1 * 8 * 64**2) + 2 * 256 * 64
-    total = 2 * (4 * 64**2 + 4 * 8 * 64**2) + 2 * 256 * 64
+    # Per block: attention 4·w², the router experts·w, the experts' 8·w² each (top_k active),
+    # two norms; then embeddings in and out, positions (seq_len 64) and the final norm.
+    block_shared = 4 * 64**2 + 4 * 64 + 2 * 64
+    outside = 2 * 256 * 64 + 64 * 64 + 64
+    active = 2 * (block_shared + 1 * 8 * 64**2) + outside
+    total = 2 * (block_shared + 4 * 8 * 64**2) + outside
     tokens = 200 * 16 * 64
     assert (cost.active_params, cost.total_params, cost.tokens) == (active, total, tokens)
     assert cost.flops == 6 * active * tokens
