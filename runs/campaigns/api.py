@@ -88,25 +88,8 @@ class CampaignSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Campaign
-        fields = [
-            "slug",
-            "name",
-            "description",
-            "target_tokens",
-            "target_flops",
-            "hardware",
-            "recipe_config",
-            "loss_key",
-            "tokens_key",
-            "telemetry_keys",
-            "ladder_plan",
-            "links",
-            "is_active",
-            "runs",
-            "url",
-            "created_at",
-            "updated_at",
-        ]
+        # What a maintainer writes (one list, with the services), then what is read back.
+        fields = [*services.CAMPAIGN_FIELDS, "runs", "url", "created_at", "updated_at"]
         read_only_fields = ["created_at", "updated_at"]
 
 
