@@ -17,6 +17,7 @@ from django.core.cache import cache
 from django.db.models import QuerySet
 
 from runs import metric_declarations, presentation
+from runs.alerts.models import Alert
 from runs.campaigns import stitching
 from runs.campaigns.models import Campaign, Intervention
 from runs.campaigns.stitching import MIXTURE_PREFIX, Member
@@ -32,6 +33,8 @@ RECENT_BUCKETS = 20  # the tokens/s of the ETA: the mean of the last buckets of 
 MIN_POINTS_FOR_EFFECT = 5
 EFFECT_CACHE_SECONDS = 600
 
+MAX_OPEN_ALERTS = 50  # a page lists at most this many (the run pages have the rest)
+
 
 def campaign_list(*, active_only: bool = False) -> QuerySet[Campaign]:
     campaigns = Campaign.objects.all()
@@ -42,10 +45,22 @@ def campaign_get(*, slug: str) -> Campaign | None:
     return Campaign.objects.filter(slug=slug).select_related("ladder_plan").first()
 
 
-def campaign_open_alerts(*, campaign: Campaign) -> list[Any]:
-    """The campaign's open alerts, newest first. Filled in by the alerts (``runs/alerts``):
-    each item needs ``title``, ``opened_at`` and ``get_absolute_url`` or ``url``."""
-    return []
+def campaign_open_alerts(*, campaign: Campaign) -> list[dict[str, Any]]:
+    """The open alerts on the campaign's runs (``runs.alerts``), newest first: a title, when
+    it opened and the run page that shows it. One query."""
+    alerts = (
+        Alert.objects.filter(run__campaign_members__campaign=campaign, closed_at__isnull=True)
+        .order_by("-opened_at", "-id")
+        .distinct()[:MAX_OPEN_ALERTS]
+    )
+    return [
+        {
+            "title": f"run {alert.run_id}, {alert.kind}: {alert.message}",
+            "opened_at": alert.opened_at,
+            "url": alert.get_absolute_url(),
+        }
+        for alert in alerts
+    ]
 
 
 def campaign_summaries(

@@ -8,8 +8,10 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.utils.timezone import now
 from rest_framework.test import APIClient
 
+from runs.alerts.models import Alert, AlertKind
 from runs.campaigns import selectors, stitching
 from runs.campaigns.models import Campaign, Intervention
 from runs.models import Run
@@ -255,3 +257,26 @@ def test_campaign_pages_and_the_home_page_link(client: Any, campaign: Campaign) 
     assert client.get("/campaigns/nope/").status_code == 404
     assert client.get("/api/v1/campaigns/nope/series/").status_code == 404
     assert client.get("/api/v1/campaigns/big-run/series/?points=zero").status_code == 400
+
+
+def test_the_page_lists_the_open_alerts_of_its_runs(
+    client: Any, campaign: Campaign, recipe: Any
+) -> None:
+    a, b, c = (member.run for member in campaign.members.order_by("order", "pk"))
+    Alert.objects.create(run=c, kind=AlertKind.SPIKE, key="train/loss", message="loss 9.1 at 1500")
+    Alert.objects.create(
+        run=b, kind=AlertKind.DROP, key="throughput/mfu", message="mfu fell", closed_at=now()
+    )
+    outsider = Run.objects.filter(plan=launched_plan(recipe, THREE_POINT_SPEC)).first()
+    assert outsider is not None and outsider.pk not in {a.pk, b.pk, c.pk}
+    Alert.objects.create(run=outsider, kind=AlertKind.NAN, key="train/loss", message="elsewhere")
+    cache.clear()
+
+    page = client.get("/campaigns/big-run/").content.decode()
+    section = page.split('id="campaign-alerts"', 1)[1].split("</section>", 1)[0]
+
+    assert 'data-open-alerts="1"' in section
+    assert f"run {c.pk}, spike: loss 9.1 at 1500" in section
+    assert f'href="/runs/{c.pk}/' in section
+    assert "mfu fell" not in section  # closed
+    assert "elsewhere" not in section  # another run's
