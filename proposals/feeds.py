@@ -27,6 +27,7 @@ from django.utils.html import linebreaks
 from proposals.markdown import render_markdown
 from proposals.models import LABEL_NAME, Label, Outcome, Proposal, State
 from runs.alerts.models import Alert
+from runs.campaigns.models import Intervention
 
 ITEMS = 50
 NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffe\uffff\ud800-\udfff]")
@@ -226,3 +227,43 @@ FEEDS: dict[str, type[_SiteFeed]] = {
     "did-not-work": DidNotWorkFeed,
     "alerts": AlertsFeed,
 }
+
+
+class InterventionsFeed(_SiteFeed):
+    """The interventions recorded on every campaign (a dated, stepped change of a long run),
+    newest first. Campaigns carry no labels, so there is no labelled variant."""
+
+    kind = "interventions"
+    page = "campaigns:list"
+
+    def get_object(self, request: HttpRequest, label: str | None = None) -> Label | None:
+        return None
+
+    def title(self, obj: Label | None) -> str:
+        return "marin-site: interventions on campaigns"
+
+    def feed_url(self, obj: Label | None) -> str:
+        return settings.SITE_URL + reverse("proposals:feed-interventions")
+
+    def items(self, obj: Label | None) -> Any:
+        return Intervention.objects.select_related("campaign").order_by("-happened_at", "-pk")[
+            :ITEMS
+        ]
+
+    def item_title(self, item: Intervention) -> str:
+        change = (
+            f": {item.from_value} → {item.to_value}" if item.from_value or item.to_value else ""
+        )
+        return xml_text(f"{item.campaign.name}, step {item.step}: {item.title}{change}")
+
+    def item_description(self, item: Intervention) -> str:
+        return xml_text(render_markdown(item.note))  # the page's sanitized HTML
+
+    def item_link(self, item: Intervention) -> str:
+        return settings.SITE_URL + item.get_absolute_url()
+
+    def item_guid(self, item: Intervention) -> str:
+        return f"{settings.SITE_URL}/interventions/{item.pk}"
+
+    def item_pubdate(self, item: Intervention) -> datetime:
+        return item.happened_at

@@ -1,7 +1,7 @@
 from django.urls import path
 
 from proposals import follow_views, views
-from proposals.feeds import FEEDS
+from proposals.feeds import FEEDS, InterventionsFeed
 
 app_name = "proposals"
 
@@ -33,6 +33,7 @@ urlpatterns = [
     path("archive/", views.archive_page, name="archive"),
     path("export/proposals.<str:fmt>", views.export_download, name="export"),
     *(path(f"feeds/{kind}/", feed(), name=f"feed-{kind}") for kind, feed in FEEDS.items()),
+    path("feeds/interventions/", InterventionsFeed(), name="feed-interventions"),
     *(
         path(f"feeds/labels/<str:label>/{kind}/", feed(), name=f"label-feed-{kind}")
         for kind, feed in FEEDS.items()

@@ -4,6 +4,7 @@ and found from the home page's head."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from typing import Any
 
 import feedparser
@@ -13,6 +14,7 @@ from django.utils import timezone
 
 from proposals.models import Label, Outcome, Proposal, State
 from runs.alerts.models import Alert
+from runs.campaigns.models import Campaign, Intervention, InterventionKind
 from runs.models import Run
 from tests.factories import ProposalFactory
 from tests.runs.runs_helpers import launched_plan
@@ -163,6 +165,7 @@ def test_the_home_page_head_names_every_feed_and_a_labels_list_its_own(
         "/feeds/outcomes/",
         "/feeds/did-not-work/",
         "/feeds/alerts/",
+        "/feeds/interventions/",
     ]
     for url in links:
         parse(client, url)
@@ -170,3 +173,37 @@ def test_the_home_page_head_names_every_feed_and_a_labels_list_its_own(
     assert 'href="/feeds/labels/moe/alerts/"' in head
     head = client.get("/?label=%22%3E%3Cscript%3E").content.decode().split("</head>")[0]
     assert "/feeds/labels/" not in head and "<script" not in head
+
+
+def test_interventions_feed_lists_every_campaigns_changes_newest_first(client: Client) -> None:
+    big = Campaign.objects.create(
+        slug="big", name="535B-A23B", target_tokens=1e12, target_flops=1e24
+    )
+    when = timezone.now()
+    for step, title, before, after in (
+        (1000, "Weight decay", "0.1", "0.05"),
+        (2000, "New kernels <script>alert(1)</script>", "", ""),
+    ):
+        Intervention.objects.create(
+            campaign=big,
+            step=step,
+            happened_at=when + timedelta(hours=step),
+            kind=InterventionKind.choices[0][0],
+            title=title,
+            from_value=before,
+            to_value=after,
+            note="Read **off the data**. <script>alert(2)</script>",
+        )
+
+    feed = parse(client, "/feeds/interventions/")
+
+    assert [entry.title for entry in feed.entries] == [
+        "535B-A23B, step 2000: New kernels <script>alert(1)</script>",  # text, escaped in XML
+        "535B-A23B, step 1000: Weight decay: 0.1 → 0.05",
+    ]
+    assert (
+        feed.entries[1].link
+        == "http://site.test" + Intervention.objects.get(step=1000).get_absolute_url()
+    )
+    summary = feed.entries[0].summary
+    assert "<strong>off the data</strong>" in summary and "<script" not in summary
