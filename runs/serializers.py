@@ -8,6 +8,7 @@ from rest_framework import serializers
 
 from runs.models import MetricSummary, Plan, Recipe, Run, RunArtifact, RunEvent, TrackerImport
 from runs.plans import Plan as PlanPreview
+from runs.services.recipes import RECIPE_FIELDS
 
 
 class RecipeSerializer(serializers.ModelSerializer):
@@ -15,25 +16,8 @@ class RecipeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Recipe
-        fields = [
-            "id",
-            "url",
-            "name",
-            "version",
-            "title",
-            "description",
-            "command_template",
-            "default_config",
-            "parameter_schema",
-            "compute_model",
-            "scales",
-            "executor",
-            "metrics",
-            "time_limit_seconds",
-            "is_active",
-            "created_at",
-            "updated_at",
-        ]
+        # The fields the services write (one list), then what is read back.
+        fields = ["id", "url", *RECIPE_FIELDS, "created_at", "updated_at"]
         read_only_fields = ["id", "created_at", "updated_at"]
 
 
