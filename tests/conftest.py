@@ -111,3 +111,64 @@ def _fresh_cache() -> None:
 
     cache.clear()
     nudge_memo_forget()
+
+
+@pytest.fixture(autouse=True)
+def _quiet_before_flush(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Iterator[None]:
+    """A transactional test ends with a flush (one TRUNCATE of every table). Anything still
+    talking to the database then (a job of the test posting through the live server, a
+    request the browser's poll started) can deadlock with it, and PostgreSQL aborts the
+    flush. So before it: stop the local jobs the test left behind, and wait for the other
+    connections to the test database to go idle. Set up after pytest-django's database
+    fixture (a conftest autouse comes after a plugin's), so torn down before it."""
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if marker is None or not (marker.kwargs.get("transaction") or marker.args[:1] == (True,)):
+        return
+    _stop_leftover_jobs(tmp_path_factory.getbasetemp())
+    _wait_for_idle_connections(timeout=15.0)
+
+
+def _stop_leftover_jobs(basetemp: Path) -> None:
+    """Stop the local executor's supervisors (and their jobs' groups) under the tests' temp
+    directory: they outlive the test by design (runs/executors/supervise.py)."""
+    import contextlib
+    import json
+    import os
+    import signal
+
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"runs.executors.supervise" not in argv or b"--workdir" not in argv:
+            continue
+        workdir = Path(argv[argv.index(b"--workdir") + 1].decode(errors="replace"))
+        if basetemp not in workdir.parents:
+            continue
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            child = json.loads((workdir / "child.json").read_text())
+            os.killpg(int(child["pgid"]), signal.SIGKILL)
+        with contextlib.suppress(OSError):
+            os.kill(int(proc.name), signal.SIGKILL)
+
+
+def _wait_for_idle_connections(*, timeout: float) -> None:
+    import time
+
+    from django.db import connection
+
+    if connection.vendor != "postgresql":
+        return  # SQLite's test database is one in-memory database: nothing to deadlock with
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+                " AND pid <> pg_backend_pid() AND state <> 'idle'"
+            )
+            (busy,) = cursor.fetchone()
+        if not busy:
+            return
+        time.sleep(0.05)
