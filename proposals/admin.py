@@ -154,11 +154,11 @@ class PendingIssueAdmin(TimelineAdmin):
 
 @admin.register(Follow)
 class FollowAdmin(admin.ModelAdmin):
-    """Who follows which proposal: a maintainer may remove a follow (a bouncing address),
-    never add one for someone."""
+    """Who follows which proposal or campaign: a maintainer may remove a follow (a bouncing
+    address), never add one for someone."""
 
-    list_display = ["user", "proposal", "created_at"]
-    raw_id_fields = ["user", "proposal"]
+    list_display = ["user", "proposal", "campaign", "created_at"]
+    raw_id_fields = ["user", "proposal", "campaign"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -171,7 +171,7 @@ class FollowAdmin(admin.ModelAdmin):
 class NoticeAdmin(TimelineAdmin):
     """What followers were told, and whether every mail went out."""
 
-    list_display = ["subject", "proposal", "created_at", "sent_at"]
+    list_display = ["subject", "proposal", "campaign", "created_at", "sent_at"]
     list_filter = ["sent_at"]
     search_fields = ["subject", "key"]
 

@@ -1,5 +1,5 @@
-"""The doors of following: the follow and unfollow buttons of a proposal's page (signed in,
-POST with CSRF) and a mail's unsubscribe link (a signed token, signed out)."""
+"""The doors of following: the follow and unfollow buttons of a proposal's or a campaign's
+page (signed in, POST with CSRF) and a mail's unsubscribe link (a signed token, signed out)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from proposals import follows
 from proposals.models import Proposal
+from runs.campaigns.models import Campaign
 
 
 @login_required
@@ -29,22 +30,38 @@ def proposal_follow(request: HttpRequest, pk: int, follow: bool) -> HttpResponse
     return redirect("proposals:detail", pk=pk)
 
 
+@login_required
+@require_POST
+def campaign_follow(request: HttpRequest, slug: str, follow: bool) -> HttpResponse:
+    campaign = Campaign.objects.filter(slug=slug).only("pk", "slug").first()
+    if campaign is None:
+        raise Http404("No such campaign.")
+    follows.follow_set(user=request.user, campaign_id=campaign.pk, follow=follow)
+    if follow:
+        where = getattr(request.user, "email", "") or "your account's address (none is set yet)"
+        messages.success(
+            request,
+            f"You follow this campaign: its alerts and interventions are mailed to {where}.",
+        )
+    else:
+        messages.success(request, "You no longer follow this campaign.")
+    return redirect(campaign.get_absolute_url())
+
+
 # A mail program posts RFC 8058's one-click unsubscribe without any cookie or CSRF token: the
 # signed token in the address is what authorizes it. A GET only shows the button, so a link
 # scanner that opens the address unsubscribes nobody.
 @csrf_exempt
 @require_http_methods(["GET", "POST"])
 def unsubscribe(request: HttpRequest, token: str) -> HttpResponse:
-    pair = follows.unsubscribe_read(token)
-    if pair is None:
-        return render(
-            request,
-            "proposals/unsubscribe.html",
-            {"invalid": True},
-            status=400,
-        )
-    proposal = Proposal.objects.filter(pk=pair[1]).only("pk", "title").first()
+    found = follows.unsubscribe_read(token)
+    if found is None:
+        return render(request, "proposals/unsubscribe.html", {"invalid": True}, status=400)
+    context = {
+        "followed": found.followed(),
+        "what": "proposal" if found.proposal_id is not None else "campaign",
+    }
     if request.method == "POST":
         follows.unsubscribe(token=token)
-        return render(request, "proposals/unsubscribe.html", {"proposal": proposal, "done": True})
-    return render(request, "proposals/unsubscribe.html", {"proposal": proposal, "token": token})
+        return render(request, "proposals/unsubscribe.html", {**context, "done": True})
+    return render(request, "proposals/unsubscribe.html", {**context, "token": token})

@@ -382,28 +382,48 @@ class PendingIssue(models.Model):
 
 
 class Follow(models.Model):
-    """A signed-in user following a proposal: mailed on its state changes, results and
-    alerts (``proposals.follows``) until they unfollow or unsubscribe from a mail."""
+    """A signed-in user following a proposal or a campaign (exactly one of the two): mailed
+    on its state changes, results, alerts and interventions (``proposals.follows``) until
+    they unfollow or unsubscribe from a mail."""
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="follows"
     )
-    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="follows")
+    proposal = models.ForeignKey(
+        Proposal, null=True, blank=True, on_delete=models.CASCADE, related_name="follows"
+    )
+    campaign = models.ForeignKey(
+        "runs.Campaign", null=True, blank=True, on_delete=models.CASCADE, related_name="follows"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["created_at", "id"]
-        constraints = [models.UniqueConstraint(fields=["user", "proposal"], name="follow_once")]
+        constraints = [
+            models.UniqueConstraint(fields=["user", "proposal"], name="follow_once"),
+            models.UniqueConstraint(fields=["user", "campaign"], name="follow_campaign_once"),
+            models.CheckConstraint(
+                condition=models.Q(proposal__isnull=False, campaign__isnull=True)
+                | models.Q(proposal__isnull=True, campaign__isnull=False),
+                name="follow_one_thing",
+            ),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.user_id} follows {self.proposal_id}"
+        return f"{self.user_id} follows {self.proposal_id or f'campaign {self.campaign_id}'}"
 
 
 class Notice(models.Model):
-    """Something followers are told, stored with the change that caused it (``key`` is
-    unique: the same cause twice is one notice) and mailed by a task after commit."""
+    """Something the followers of a proposal or of a campaign are told, stored with the
+    change that caused it (``key`` is unique: the same cause twice is one notice) and mailed
+    by a task after commit."""
 
-    proposal = models.ForeignKey(Proposal, on_delete=models.CASCADE, related_name="notices")
+    proposal = models.ForeignKey(
+        Proposal, null=True, blank=True, on_delete=models.CASCADE, related_name="notices"
+    )
+    campaign = models.ForeignKey(
+        "runs.Campaign", null=True, blank=True, on_delete=models.CASCADE, related_name="notices"
+    )
     key = models.CharField(max_length=200, unique=True)
     subject = models.CharField(max_length=300)
     body = models.TextField(max_length=20_000)
@@ -417,6 +437,13 @@ class Notice(models.Model):
                 fields=["created_at"],
                 name="notice_unsent",
                 condition=models.Q(sent_at__isnull=True),
+            )
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(proposal__isnull=False, campaign__isnull=True)
+                | models.Q(proposal__isnull=True, campaign__isnull=False),
+                name="notice_one_thing",
             )
         ]
 

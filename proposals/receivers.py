@@ -23,8 +23,16 @@ from proposals.github.issues import pending_issues_import
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
 from runs.alerts.models import Alert
+from runs.campaigns.models import Campaign, Intervention
 from runs.models import Recipe, RunEvent
-from runs.signals import alert_changed, plan_finished, plan_owners, plan_pages, reconcile_pass
+from runs.signals import (
+    alert_changed,
+    intervention_recorded,
+    plan_finished,
+    plan_owners,
+    plan_pages,
+    reconcile_pass,
+)
 
 FRAGMENT_ROW_SIGNALS = (post_save, post_delete)
 
@@ -96,23 +104,48 @@ def on_plan_finished_notify(
 
 @receiver(alert_changed, dispatch_uid="proposals.follows.alert_changed")
 def on_alert_changed_notify(
-    sender: Any, *, alert_id: int, plan_id: int | None, opened: bool, **kwargs: Any
+    sender: Any, *, alert_id: int, run_id: int, plan_id: int | None, opened: bool, **kwargs: Any
 ) -> None:
-    """Followers hear of an alert on a run of the proposal's plan: when it opens and closes."""
-    if plan_id is None:
-        return
+    """An alert on a run opened or closed: the followers of the proposal whose plan it ran
+    and of every campaign it is part of hear of it, once each."""
     with transaction.atomic():
-        proposal = Proposal.objects.filter(plan_id=plan_id).first()
         alert = Alert.objects.filter(pk=alert_id).first()
-        if proposal is None or alert is None:
+        if alert is None:
             return
         way = "opened" if opened else "closed"
         text = alert.message if opened else alert.close_message
+        subject = f"alert {way} on run {alert.run_id} ({alert.kind})"
+        body = f"Alert {way} on run {alert.run_id} ({alert.get_kind_display()}): {text}"
+        proposal = Proposal.objects.filter(plan_id=plan_id).first() if plan_id else None
+        if proposal is not None:
+            notice_add(proposal=proposal, key=f"alert:{alert_id}:{way}", subject=subject, body=body)
+        for campaign in Campaign.objects.filter(members__run_id=run_id).distinct():
+            notice_add(
+                campaign=campaign,
+                key=f"alert:{alert_id}:{way}:campaign:{campaign.pk}",
+                subject=subject,
+                body=body,
+            )
+
+
+@receiver(intervention_recorded, dispatch_uid="proposals.follows.intervention_recorded")
+def on_intervention_recorded_notify(sender: Any, *, intervention_id: int, **kwargs: Any) -> None:
+    """A campaign's followers hear of each intervention recorded on it."""
+    with transaction.atomic():
+        found = Intervention.objects.filter(pk=intervention_id).select_related("campaign").first()
+        if found is None:
+            return
+        change = (
+            f" ({found.from_value or '–'} → {found.to_value or '–'})"
+            if found.from_value or found.to_value
+            else ""
+        )
         notice_add(
-            proposal=proposal,
-            key=f"alert:{alert_id}:{way}",
-            subject=f"alert {way} on run {alert.run_id} ({alert.kind})",
-            body=f"Alert {way} on run {alert.run_id} ({alert.get_kind_display()}): {text}",
+            campaign=found.campaign,
+            key=f"intervention:{found.pk}",
+            subject=f"intervention at step {found.step}: {found.title}",
+            body=f"{found.title}{change}, at step {found.step} ({found.get_kind_display()}).\n\n"
+            f"{found.note}".strip(),
         )
 
 

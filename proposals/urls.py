@@ -28,6 +28,18 @@ urlpatterns = [
         {"follow": False},
         name="unfollow",
     ),
+    path(
+        "campaigns/<slug:slug>/follow/",
+        follow_views.campaign_follow,
+        {"follow": True},
+        name="campaign-follow",
+    ),
+    path(
+        "campaigns/<slug:slug>/unfollow/",
+        follow_views.campaign_follow,
+        {"follow": False},
+        name="campaign-unfollow",
+    ),
     path("unsubscribe/<str:token>/", follow_views.unsubscribe, name="unsubscribe"),
     path("search/", views.search_page, name="search"),
     path("archive/", views.archive_page, name="archive"),

@@ -17,8 +17,10 @@
   shows the plan (its proposal's page) or None. A run's page links back to it. Asked.
 - ``alert_changed``: kwargs ``alert_id``, ``run_id``, ``plan_id`` and ``opened`` (True when
   the alert opened, False when it closed): an alert on a run's metrics (``runs.alerts``).
+- ``intervention_recorded``: kwargs ``intervention_id`` and ``campaign_id``: a maintainer
+  recorded a change to a campaign (``runs.campaigns``).
 
-The first two and ``alert_changed`` are sent after the transaction that caused them commits.
+The first two, ``alert_changed`` and ``intervention_recorded`` are sent after the transaction that caused them commits.
 """
 
 from __future__ import annotations
@@ -31,3 +33,4 @@ reconcile_pass = Signal()
 plan_owners = Signal()
 plan_pages = Signal()
 alert_changed = Signal()
+intervention_recorded = Signal()

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -20,6 +21,7 @@ from runs.campaigns.models import Campaign, CampaignRun, Intervention, Phase
 from runs.campaigns.permissions import MANAGE_CAMPAIGNS, RECORD_INTERVENTION
 from runs.metrics.parse import METRIC_KEY
 from runs.models import Run
+from runs.signals import intervention_recorded
 
 CAMPAIGN_FIELDS = (
     "slug",
@@ -159,5 +161,14 @@ def intervention_record(
         created_by=actor if getattr(actor, "is_authenticated", False) else None,
     )
     intervention.full_clean(exclude=["campaign", "created_by"])
-    intervention.save()
+    with transaction.atomic():
+        intervention.save()
+        transaction.on_commit(
+            partial(
+                intervention_recorded.send_robust,
+                sender=Intervention,
+                intervention_id=intervention.pk,
+                campaign_id=campaign.pk,
+            )
+        )
     return intervention
