@@ -93,9 +93,7 @@ def test_an_intervention_mails_each_follower_once_with_its_unsubscribe_link(
     assert notice_send(notice_id=notice.pk) == 0  # the task again: nobody twice
     assert sorted(m.to[0] for m in mail.outbox) == ["fan0@example.org", "fan1@example.org"]
     message = mail.outbox[0]
-    assert message.subject == (
-        "[marin-site] Big run: intervention at step 1200: Weight decay down"
-    )
+    assert message.subject == ("[marin-site] Big run: intervention at step 1200: Weight decay down")
     assert "Weight decay down (0.1 → 0.05), at step 1200" in message.body
     assert "http://site.test/campaigns/big-run/" in message.body
     assert "You follow this campaign" in message.body
