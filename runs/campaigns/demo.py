@@ -1,6 +1,8 @@
 """A demo campaign for ``seed_demo``: three attempts of a MoE run (two restarts), a few
 thousand steps of synthetic but plausible metrics, two interventions (new attention
-kernels, then a data mix change) and the mixture weights changing with the second.
+kernels, then a data mix change) and the mixture weights changing with the second; and the
+ladder that predicted it (the recipe's three scales, finished, with final losses read off the
+same synthetic law plus noise), so its page shows the projection with the live curve.
 
 The runs are rows of one frozen plan of the given recipe (the restarts are its entry's
 next ``sequence``); the points go through ``metrics_ingest``, as a runner's would.
@@ -13,13 +15,14 @@ from typing import Any
 
 import numpy as np
 from django.db import transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from runs.campaigns import services as campaign_services
 from runs.campaigns.models import Campaign, InterventionKind, Phase
 from runs.metrics.ingest import metrics_ingest
 from runs.metrics.parse import PointBatch
-from runs.models import PlanLaunch, Recipe, Run, RunState
+from runs.models import MetricSummary, Plan, PlanLaunch, Recipe, Run, RunState
 from runs.series.rollup import series_refresh
 from runs.services import dispatch, plans
 
@@ -64,6 +67,43 @@ def _curves(steps: np.ndarray, attempt: int, rng: np.random.Generator) -> dict[s
     return out
 
 
+def _loss_at_flops(flops: float) -> float:
+    """The demo's loss curve as a function of training FLOPs (its steps at its batch)."""
+    steps = flops / (TOKENS_PER_STEP * FLOPS_PER_TOKEN)
+    return 1.9 + 9.0 * (1 + steps / 60.0) ** -0.45
+
+
+def _ladder_seed(recipe: Recipe) -> Plan | None:
+    """A finished ladder of the recipe's scales (None when it has fewer than two)."""
+    scales = list(recipe.scales or {})
+    if len(scales) < 2:
+        return None
+    plan = plans.plan_freeze(
+        recipe=recipe,
+        baseline={"data_mix": MIX_BEFORE},  # the campaign's first mix (and no cached run)
+        spec_text=f"scales: [{', '.join(scales)}]\n",
+        budget_accelerator_hours=None,
+    )
+    PlanLaunch.objects.create(
+        plan=plan,
+        executor="local",
+        command_template="true",
+        criteria={"metric": "eval/loss", "direction": "lower", "threshold": 0.01},
+    )
+    dispatch.plan_expand(plan_id=plan.pk)
+    rng = np.random.default_rng(11)
+    now = timezone.now()
+    for run in Run.objects.filter(plan=plan).select_related("entry"):
+        loss = _loss_at_flops(run.entry.flops) * float(np.exp(rng.normal(0, 0.01)))
+        MetricSummary.objects.create(
+            run=run, key="eval/loss", last=loss, min=loss, max=loss, step=1000
+        )
+        Run.objects.filter(pk=run.pk).update(
+            state=RunState.FINISHED, started_at=now - dt.timedelta(days=7), finished_at=now
+        )
+    return plan
+
+
 def _write(run: Run, first: int, last: int, attempt: int) -> None:
     rng = np.random.default_rng(attempt + 7)
     steps = np.arange(first, last)
@@ -94,6 +134,12 @@ def demo_campaign_seed(*, actor: Any, recipe: Recipe) -> Campaign | None:
     dispatch.plan_expand(plan_id=plan.pk)
     first = Run.objects.filter(plan=plan).order_by("pk").first()
     assert first is not None
+    ladder = _ladder_seed(recipe)
+    links = [{"label": "The recipe", "url": recipe.get_absolute_url()}]
+    if ladder is not None:
+        links.append(
+            {"label": "The ladder's runs", "url": reverse("plan-run-table", args=[ladder.pk])}
+        )
     campaign = campaign_services.campaign_create(
         actor=actor,
         data={
@@ -105,7 +151,8 @@ def demo_campaign_seed(*, actor: Any, recipe: Recipe) -> Campaign | None:
             "hardware": "512 accelerators of 459 TFLOP/s (demo)",
             "recipe_config": recipe.default_config,
             "telemetry_keys": ["optim/grad_norm"],
-            "links": [{"label": "The recipe", "url": recipe.get_absolute_url()}],
+            "links": links,
+            "ladder_plan": ladder,
         },
     )
     now = timezone.now()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from io import StringIO
 from typing import Any
 
@@ -97,3 +98,23 @@ def test_seed_demo_outcomes_agree_with_their_runs(settings: Any) -> None:
     # Proposals still waiting for their runs claim nothing.
     waiting = Run.objects.exclude(state__in=["finished", "failed", "killed", "crashed"])
     assert not Proposal.objects.filter(plan__runs__in=waiting).exclude(outcome="").exists()
+
+
+def test_the_demo_campaign_shows_interventions_mix_and_the_ladders_projection(
+    settings: Any, client: Any
+) -> None:
+    """What a newcomer sees on bin/run (WALKTHROUGH step 10): the campaign's page with its
+    two interventions, the data mix, and the projection of the ladder that predicted it."""
+    settings.DEBUG = True
+    call_command("seed_demo", stdout=StringIO())
+    page = client.get("/campaigns/moe-535b-demo/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert html.count('class="intervention"') == 2
+    assert 'data-chart-kind="mixture"' in html
+    assert 'data-chart-kind="projection"' in html and 'id="projection-at-target"' in html
+    found = json.loads(html.split('id="projection-data" type="application/json">')[1].split("<")[0])
+    assert found["refusals"] == [] and found["fit"]["scales"] == 3
+    assert found["fit"]["exponent"] < 0  # the loss falls with compute
+    assert 2.0 < found["at_target"]["loss"] < 4.0
+    assert client.get(f"/plans/{found['plan']}/runs/").status_code == 200
