@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from drf_spectacular.types import OpenApiTypes
@@ -14,6 +15,7 @@ from rest_framework.response import Response
 
 from marin_site.api import HasNamedPermission
 from marin_site.doors import Door
+from marin_site.fragments import Fragments
 from proposals import export as proposal_export
 from proposals import permissions as perms
 from proposals import query_language, selectors, services
@@ -55,11 +57,24 @@ class ProposalViewSet(
         return selectors.proposal_list()
 
     def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
-        """The filtered page's ids from the database; its rows mostly from the fragment cache
-        (``proposal_list_data``), field for field what ``ProposalSerializer`` writes."""
-        pks = self.filter_queryset(selectors.proposal_ids()).values_list("pk", flat=True)
-        page = self.paginate_queryset(pks)
-        data = proposal_list_data(pks=list(pks if page is None else page), request=request)
+        """The filtered page's ids (and their count) from the fragment cache while no proposal
+        changed, else the database (``selectors.CachedListing``); its rows mostly from the
+        fragment cache (``proposal_list_data``), field for field what ``ProposalSerializer``
+        writes."""
+        digest = hashlib.sha256(request.GET.urlencode().encode()).hexdigest()
+        name = f"api-list-page:{digest}"
+        fragments = Fragments({name: [selectors.LIST_VERSION]})
+        listed = selectors.CachedListing(
+            lambda: self.filter_queryset(selectors.proposal_ids()).values_list("pk", flat=True),
+            fragments,
+            name,
+        )
+        if fragments.get(name) is None:
+            listed.count()  # bad filters answer 400 here, before anything is kept
+        page: list[int] | None = self.paginate_queryset(listed)  # type: ignore[arg-type]
+        listed.save()
+        fragments.save()
+        data = proposal_list_data(pks=list(listed[:] if page is None else page), request=request)
         return Response(data) if page is None else self.get_paginated_response(data)
 
     def perform_create(self, serializer: Any) -> None:

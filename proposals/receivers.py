@@ -21,6 +21,7 @@ from marin_site.pagecache import PAGE_SIGNALS, generation_bump
 from proposals.follows import notice_add
 from proposals.github.issues import pending_issues_import
 from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
+from proposals.selectors import LIST_VERSION
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
 from runs.alerts.models import Alert
 from runs.campaigns.models import Campaign, Intervention
@@ -45,8 +46,10 @@ FRAGMENT_ROW_SIGNALS = (post_save, post_delete)
 @receiver(PAGE_SIGNALS, sender=Event, dispatch_uid="pagecache:proposals.Event")
 @receiver(PAGE_SIGNALS, sender=Label, dispatch_uid="pagecache:proposals.Label")
 def on_page_row_changed(sender: Any, **kwargs: Any) -> None:
-    """A row the public pages show was written: every cached page is stale."""
+    """A row the public pages show was written: every cached page is stale, and so is every
+    page of the list (which proposals a filter or a search finds, and how many)."""
     generation_bump()
+    versions_bump(LIST_VERSION[0], [LIST_VERSION[1]])
 
 
 @receiver(reconcile_pass, dispatch_uid="proposals.plans_reconcile")
@@ -194,9 +197,11 @@ def on_label_written(sender: Any, instance: Label, **kwargs: Any) -> None:
 
 @receiver(post_save, sender=Recipe, dispatch_uid="fragments:runs.Recipe")
 def on_recipe_written(sender: Any, instance: Recipe, **kwargs: Any) -> None:
-    """A proposal shows its recipe's name and a plan preview computed from the recipe."""
+    """A proposal shows its recipe's name and a plan preview computed from the recipe; the
+    list filters by its name."""
     proposals = Proposal.objects.filter(recipe_id=instance.pk).values_list("pk", flat=True)
     versions_bump("proposal", list(proposals))
+    versions_bump(LIST_VERSION[0], [LIST_VERSION[1]])
 
 
 @receiver(pre_save, sender=get_user_model(), dispatch_uid="fragments:user-renamed")
@@ -219,3 +224,4 @@ def on_user_renamed(sender: Any, instance: Any, update_fields: Any = None, **kwa
     plans = RunEvent.objects.filter(actor=instance.pk).values_list("run__plan_id", flat=True)
     of_runs = Proposal.objects.filter(plan_id__in=plans).values_list("pk", flat=True)
     versions_bump("proposal", {*touched, *of_runs})
+    versions_bump(LIST_VERSION[0], [LIST_VERSION[1]])  # the list filters by author

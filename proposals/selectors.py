@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce
 
 from marin_site.doors import Door
+from marin_site.fragments import Fragments
 from proposals.models import Comment, Event, Proposal, Review, State
 from runs.models import Run, RunEvent, RunState
 
@@ -92,6 +93,45 @@ def proposal_list() -> QuerySet[Proposal]:
         )
         .order_by("-created_at", "-id")
     )
+
+
+# The version (``marin_site.fragments``) of what the list finds: which proposals each filter
+# or search matches, in which order, and how many. Replaced after any write that can change
+# that (``proposals.receivers``), so a cached page of the list is never older than a write.
+LIST_VERSION = ("proposal-list", 0)
+
+
+class CachedListing:
+    """What a filtered list matches, as a paginator's object list: its count and the slices
+    asked for come from one fragment (``marin_site.fragments``, under ``LIST_VERSION``) when
+    it is current, else from ``ids()`` (a query of ids, built only then) and are kept by
+    ``save()``. Both the list page and the API's list page through it."""
+
+    def __init__(self, ids: Callable[[], QuerySet[Any]], fragments: Fragments, name: str) -> None:
+        self._ids, self._fragments, self._name = ids, fragments, name
+        found = fragments.get(name)
+        self._found: dict[Any, Any] = dict(found) if isinstance(found, dict) else {}
+        self._changed = False
+
+    def count(self) -> int:
+        if "count" not in self._found:
+            self._found["count"] = self._ids().count()
+            self._changed = True
+        return int(self._found["count"])
+
+    def __len__(self) -> int:
+        return self.count()
+
+    def __getitem__(self, item: slice) -> list[int]:
+        key = (item.start, item.stop)
+        if key not in self._found:
+            self._found[key] = list(self._ids()[item])
+            self._changed = True
+        return list(self._found[key])
+
+    def save(self) -> None:
+        if self._changed:
+            self._fragments.put(self._name, self._found)
 
 
 def proposal_ids() -> QuerySet[Proposal]:

@@ -36,6 +36,7 @@ from proposals.markdown import render_markdown
 from proposals.models import Proposal, State
 from runs import selectors as run_selectors
 from runs.alerts import selectors as alert_selectors
+from runs.campaigns.selectors import CAMPAIGN_LIST_VERSION
 from runs.services.plans import plan_build
 
 
@@ -58,28 +59,40 @@ def refusal(
 
 
 def proposal_list(request: HttpRequest) -> HttpResponse:
-    filterset = ProposalFilter(request.GET or None, queryset=selectors.proposal_ids())
-    queryset = (
-        filterset.qs if filterset.is_bound and filterset.is_valid() else selectors.proposal_ids()
-    )
-    page = Paginator(queryset.values_list("pk", flat=True), 25).get_page(request.GET.get("page"))
-    pks = list(page.object_list)
-    query = request.GET.copy()
-    query.pop("page", None)
-    # The filter bar shows only the query string; the footer, nothing at all.
-    filters = "list-filters:" + hashlib.sha256(request.GET.urlencode().encode()).hexdigest()
+    digest = hashlib.sha256(request.GET.urlencode().encode()).hexdigest()
+    # The filter bar shows only the query string; the footer, nothing at all; the listing
+    # (how many match, and this page's ids) what the proposals are, as LIST_VERSION says;
+    # the active campaigns what the campaigns are.
+    filters, listing = f"list-filters:{digest}", f"list-page:{digest}"
     fragments = Fragments(
         {
             filters: [],
             "site-footer": [],
-            **{f"proposal-card:{pk}": [("proposal", pk)] for pk in pks},
+            listing: [selectors.LIST_VERSION],
+            "active-campaigns": [CAMPAIGN_LIST_VERSION],
         }
     )
+    filterset: Any = SimpleLazyObject(
+        lambda: ProposalFilter(request.GET or None, queryset=selectors.proposal_ids())
+    )
+
+    def ids() -> Any:
+        bound = filterset.is_bound and filterset.is_valid()
+        return (filterset.qs if bound else selectors.proposal_ids()).values_list("pk", flat=True)
+
+    listed = selectors.CachedListing(ids, fragments, listing)
+    paginator: Paginator[int] = Paginator(listed, 25)  # type: ignore[arg-type]  # a sequence
+    page = paginator.get_page(request.GET.get("page"))
+    listed.save()
+    pks = list(page.object_list)
+    fragments.extend({f"proposal-card:{pk}": [("proposal", pk)] for pk in pks})
+    query = request.GET.copy()
+    query.pop("page", None)
     response = render(
         request,
         "proposals/list.html",
         {
-            "filter": filterset.form,
+            "filter": SimpleLazyObject(lambda: filterset.form),
             "page": page,
             "cards": proposal_cards(pks, fragments),
             "query": query.urlencode(),
@@ -149,8 +162,14 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # The page's sections that are the same for every reader (detail.html wraps each in
     # {% fragment %}), and what each needs loaded when it is rendered.
     sections = selectors.proposal_page_prefetches()
+    # The forms' fields are the same for every reader too (an unbound form; the outcome's
+    # filled in from the proposal); the CSRF token stays outside them.
     fragments = Fragments(
-        {"site-footer": [], **{name: [("proposal", pk)] for name in (*sections, "timeline")}},
+        {
+            "site-footer": [],
+            "review-fields-new": [],
+            **{name: [("proposal", pk)] for name in (*sections, "timeline", "outcome-fields")},
+        },
         scope=f"proposal-page:{pk}",
     )
     try:
@@ -159,7 +178,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("No such proposal.") from exc
     # Changes that reach the row without a signal (the GitHub issue's number is stored with
     # an update()), and the runs' events, written in bulk, on the timeline:
-    for name in ("head", "body", "details"):
+    for name in ("head", "body", "details", "outcome-fields"):
         fragments.refine(name, proposal.updated_at.isoformat(), proposal.github_issue_number)
     fragments.refine("timeline", selectors.plan_last_run_event(plan_id=proposal.plan_id))
     prefetch_related_objects(

@@ -11,9 +11,11 @@ from typing import Any
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from marin_site.fragments import versions_bump
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
 from runs.alerts.models import Alert, AlertRule
 from runs.alerts.receivers import alert_rules_forget, alerts_close_with_run
+from runs.campaigns.selectors import CAMPAIGN_LIST_VERSION
 from runs.models import (
     TERMINAL_RUN_STATES,
     Campaign,
@@ -43,6 +45,12 @@ from runs.signals import run_state_changed
 def on_page_row_changed(sender: Any, **kwargs: Any) -> None:
     """A row the public pages show was written: every cached page is stale."""
     generation_bump()
+
+
+@receiver(PAGE_SIGNALS, sender=Campaign, dispatch_uid="fragments:runs.Campaign")
+def on_campaign_written(sender: Any, **kwargs: Any) -> None:
+    """The home page's list of active campaigns (a fragment) is stale."""
+    versions_bump(CAMPAIGN_LIST_VERSION[0], [CAMPAIGN_LIST_VERSION[1]])
 
 
 @receiver(run_state_changed, dispatch_uid="runs.refresh_ended_run")

@@ -36,6 +36,11 @@ EFFECT_CACHE_SECONDS = 600
 MAX_OPEN_ALERTS = 50  # a page lists at most this many (the run pages have the rest)
 
 
+# The version (``marin_site.fragments``) of the list of campaigns on the home page, replaced
+# after any write to a campaign (``runs.receivers``).
+CAMPAIGN_LIST_VERSION = ("campaign-list", 0)
+
+
 def campaign_list(*, active_only: bool = False) -> QuerySet[Campaign]:
     campaigns = Campaign.objects.all()
     return campaigns.filter(is_active=True) if active_only else campaigns

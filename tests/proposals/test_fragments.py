@@ -15,6 +15,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient, APIRequestFactory
 
+from proposals import services
 from proposals.models import Label, Proposal, State
 from proposals.selectors import proposal_list
 from proposals.serializers import ProposalSerializer
@@ -238,7 +239,7 @@ def test_api_rows_from_the_cache_are_the_serializer_s_own_and_per_reader_actions
     )
     anonymous = APIClient()
     anonymous.get("/api/v1/proposals/")  # fills the fragments
-    with django_assert_num_queries(2):  # the count and the page's ids; rows from the cache
+    with django_assert_num_queries(0):  # the count, the page's ids and the rows: cached
         rows = anonymous.get("/api/v1/proposals/").json()["results"]
 
     request = APIRequestFactory().get("/api/v1/proposals/")
@@ -268,3 +269,48 @@ def test_a_renamed_user_is_renamed_on_every_page(
         contributor.save()
     assert b">carla-renamed</a>" in client.get("/").content
     assert b">carla-renamed</a>" in client.get(f"/proposals/{submitted.pk}/").content
+
+
+@pytest.mark.parametrize("url", ["/", "/api/v1/proposals/"])
+def test_the_cached_listing_follows_every_change_to_what_it_finds(
+    url: str,
+    submitted: Any,
+    maintainer: Any,
+    contributor: Any,
+    recipe: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The count and a page's ids are kept while no proposal changes; a new proposal, a state
+    change, a label, a renamed author or recipe each shows on the next read."""
+    client = signed_in(maintainer) if url == "/" else APIClient()
+
+    def found(query: str) -> set[int]:
+        response = client.get(url + query)
+        assert response.status_code == 200
+        if url == "/":
+            html = response.content.decode()
+            return {int(pk) for pk in re.findall(r'<a href="/proposals/(\d+)/">', html)}
+        return {row["id"] for row in response.json()["results"]}
+
+    assert found("") == {submitted.pk}
+    assert found("?state=approved") == set()
+    with django_capture_on_commit_callbacks(execute=True):  # each write, committed
+        newer = ProposalFactory.create(author=contributor, recipe=recipe, title="Newer")
+    assert found("") == {submitted.pk, newer.pk}
+    with django_capture_on_commit_callbacks(execute=True):
+        services.proposal_transition(proposal_id=submitted.pk, action="approve", actor=maintainer)
+    assert found("?state=approved") == {submitted.pk}
+    assert found("?label=moe") == set()
+    with django_capture_on_commit_callbacks(execute=True):
+        newer.labels.add(Label.objects.create(name="moe"))
+    assert found("?label=moe") == {newer.pk}
+    assert found("?author=carla2") == set()
+    with django_capture_on_commit_callbacks(execute=True):
+        contributor.username = "carla2"
+        contributor.save()
+    assert found("?author=carla2") == {submitted.pk, newer.pk}
+    assert found(f"?recipe={recipe.name}-v2") == set()
+    with django_capture_on_commit_callbacks(execute=True):
+        recipe.name = f"{recipe.name}-v2"
+        recipe.save()
+    assert found(f"?recipe={recipe.name}") == {submitted.pk, newer.pk}
