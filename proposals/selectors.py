@@ -157,11 +157,15 @@ def proposal_page_prefetches() -> dict[str, Any]:
     }
 
 
-def proposal_detail(*, pk: int, prefetch: bool = True) -> Proposal:
+def proposal_detail(*, pk: int, prefetch: bool = True, related: bool = True) -> Proposal:
     """One proposal with its labels, reviews, comments and amendments prefetched (without
     them when ``prefetch`` is False: ``proposal_page_prefetches`` says what each section
-    needs; the timeline: ``proposal_timeline``)."""
-    queryset = Proposal.objects.select_related("author", "recipe", "plan")
+    needs; the timeline: ``proposal_timeline``), and its author, recipe and plan joined
+    (loaded on first use instead when ``related`` is False: a page whose sections come
+    from the fragment cache never uses them)."""
+    queryset = Proposal.objects.defer("search_vector")
+    if related:
+        queryset = queryset.select_related("author", "recipe", "plan")
     if prefetch:
         queryset = queryset.prefetch_related(
             *(lookup for lookups in proposal_page_prefetches().values() for lookup in lookups)

@@ -173,7 +173,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         scope=f"proposal-page:{pk}",
     )
     try:
-        proposal = selectors.proposal_detail(pk=pk, prefetch=False)
+        proposal = selectors.proposal_detail(pk=pk, prefetch=False, related=False)
     except Proposal.DoesNotExist as exc:
         raise Http404("No such proposal.") from exc
     # Changes that reach the row without a signal (the GitHub issue's number is stored with

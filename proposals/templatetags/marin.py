@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 from django import template
+from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.safestring import SafeString
 
 from proposals.markdown import plain_text, render_markdown
@@ -96,3 +98,15 @@ def fragment(parser: template.base.Parser, token: template.base.Token) -> Fragme
     nodelist = parser.parse(("endfragment",))
     parser.delete_first_token()
     return FragmentNode(parser.compile_filter(bits[1]), nodelist)
+
+
+@register.simple_tag
+def path(name: str) -> str:
+    """``{% url NAME %}`` for a view that takes no arguments, reversed once per process (the
+    page header names a dozen of them on every page)."""
+    return _path(name, get_urlconf(), get_script_prefix())
+
+
+@functools.lru_cache(maxsize=256)
+def _path(name: str, urlconf: str | None, prefix: str) -> str:
+    return reverse(name, urlconf=urlconf)

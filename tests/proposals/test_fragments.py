@@ -314,3 +314,14 @@ def test_the_cached_listing_follows_every_change_to_what_it_finds(
         recipe.name = f"{recipe.name}-v2"
         recipe.save()
     assert found(f"?recipe={recipe.name}") == {submitted.pk, newer.pk}
+
+
+def test_the_header_links_are_the_urls_they_name(client: Any) -> None:
+    """The page header's links are reversed once per process (``{% path %}``): the same
+    addresses ``reverse`` gives."""
+    from django.urls import reverse
+
+    html = client.get("/").content.decode()
+    for name in ("proposals:archive", "proposals:search", "campaigns:list", "api-docs"):
+        assert f'href="{reverse(name)}"' in html
+    assert f'href="{reverse("proposals:feed-alerts")}"' in html
