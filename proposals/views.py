@@ -163,12 +163,16 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # {% fragment %}), and what each needs loaded when it is rendered.
     sections = selectors.proposal_page_prefetches()
     # The forms' fields are the same for every reader too (an unbound form; the outcome's
-    # filled in from the proposal); the CSRF token stays outside them.
+    # filled in from the proposal), and so are the conclusion and the results (markdown
+    # rendered and sanitized); the CSRF token stays outside them.
     fragments = Fragments(
         {
             "site-footer": [],
             "review-fields-new": [],
-            **{name: [("proposal", pk)] for name in (*sections, "timeline", "outcome-fields")},
+            **{
+                name: [("proposal", pk)]
+                for name in (*sections, "timeline", "outcome-fields", "conclusion", "results")
+            },
         },
         scope=f"proposal-page:{pk}",
     )
@@ -178,7 +182,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         raise Http404("No such proposal.") from exc
     # Changes that reach the row without a signal (the GitHub issue's number is stored with
     # an update()), and the runs' events, written in bulk, on the timeline:
-    for name in ("head", "body", "details", "outcome-fields"):
+    for name in ("head", "body", "details", "outcome-fields", "conclusion", "results"):
         fragments.refine(name, proposal.updated_at.isoformat(), proposal.github_issue_number)
     fragments.refine("timeline", selectors.plan_last_run_event(plan_id=proposal.plan_id))
     prefetch_related_objects(

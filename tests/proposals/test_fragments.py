@@ -325,3 +325,29 @@ def test_the_header_links_are_the_urls_they_name(client: Any) -> None:
     for name in ("proposals:archive", "proposals:search", "campaigns:list", "api-docs"):
         assert f'href="{reverse(name)}"' in html
     assert f'href="{reverse("proposals:feed-alerts")}"' in html
+
+
+def test_a_changed_conclusion_shows_at_once_though_it_is_kept_rendered(
+    contributor: Any, maintainer: Any, recipe: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    proposal = ProposalFactory.create(author=contributor, recipe=recipe, state=State.APPROVED)
+    client = signed_in(maintainer)
+    url = f"/proposals/{proposal.pk}/"
+    for verdict, text in (("worked", "It **helped**."), ("did_not_work", "It did *not* help.")):
+        with django_capture_on_commit_callbacks(execute=True):
+            services.proposal_record_outcome(
+                proposal_id=proposal.pk,
+                actor=maintainer,
+                outcome=verdict,
+                conclusion=text,
+                confidence="exploratory",
+            )
+        for _ in range(2):  # rendered, then from the fragment cache
+            html = client.get(url).content.decode()
+            assert (
+                text.replace("**helped**", "<strong>helped</strong>").replace(
+                    "*not*", "<em>not</em>"
+                )
+                in html
+            )
+    assert "<strong>helped</strong>" not in client.get(url).content.decode()  # the old one
