@@ -418,8 +418,12 @@ def record(
     command = " ".join(["    .venv/bin/python bench/campaign.py", *sys.argv[1:]]).rstrip()
     lines = [
         f"{dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC. Machine: {machine_description()}; "
-        f"load average at the end {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} (a shared "
-        "machine, other helpers' tests and installs running: to be rerun on a quiet one).",
+        f"load average at the end {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f}"
+        + (
+            " (busier than the bench alone: other work ran beside it; rerun on a quiet one)."
+            if load[1] > 1.5 * (os.cpu_count() or 1)
+            else " (the bench's own load)."
+        ),
         "",
         command,
         "",
