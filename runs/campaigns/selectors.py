@@ -134,7 +134,8 @@ def campaign_progress(
 
 def campaign_chart_data(*, campaign: Campaign, points: int) -> bytes:
     """The page's chart data as JSON bytes: the stitched series of the chart keys and the
-    mixture weights, the attempts' boundaries, the interventions and the progress.
+    mixture weights (logged, or else the phases' data mix), the attempts' boundaries, the
+    interventions and the progress.
     Four queries whatever the number of attempts and keys."""
     members = stitching.campaign_members(campaign_id=campaign.pk)
     summaries = campaign_summaries(members=members)
@@ -144,6 +145,15 @@ def campaign_chart_data(*, campaign: Campaign, points: int) -> bytes:
     found, origins = stitching.stitched_series(
         campaign=campaign, members=members, keys=[*keys, *mixture], points=points
     )
+    if not mixture:  # the runs log no weights: the phases' configs say what the mix was
+        from_phases = stitching.phase_mixture(
+            members=members,
+            origins=origins,
+            loss=found.get(campaign.loss_key),
+            loss_key=campaign.loss_key,
+        )
+        found |= from_phases
+        mixture = sorted(from_phases)
     tokens_of = _tokens_at(found)
     interventions = [
         {

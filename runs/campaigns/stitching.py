@@ -13,7 +13,7 @@ attempts x 60 keys x 1.2M steps is a few hundred kilobytes of buckets.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -34,6 +34,7 @@ class Member:
     order: int
     phase: str
     state: str
+    data_mix: dict[str, float] = field(default_factory=dict)  # its phase config's
 
 
 def campaign_members(*, campaign_id: int) -> list[Member]:
@@ -41,11 +42,17 @@ def campaign_members(*, campaign_id: int) -> list[Member]:
         Run.objects.filter(campaign_members__campaign_id=campaign_id)
         .order_by("campaign_members__order")
         .values_list(
-            "pk", "cached_from_id", "campaign_members__order", "campaign_members__phase", "state"
+            "pk",
+            "cached_from_id",
+            "campaign_members__order",
+            "campaign_members__phase",
+            "state",
+            "campaign_members__data_mix",
         )
     )
     return [
-        Member(pk, cached or pk, order, phase, state) for pk, cached, order, phase, state in rows
+        Member(pk, cached or pk, order, phase, state, mix or {})
+        for pk, cached, order, phase, state, mix in rows
     ]
 
 
@@ -106,6 +113,53 @@ def stitched_series(
             found["tokens"] = np.interp(found["step"], tokens["step"], tokens["value"])
         out[key] = found
     return out, origins
+
+
+def phase_mixture(
+    *,
+    members: Sequence[Member],
+    origins: dict[tuple[int, str], int],
+    loss: dict[str, Any] | None,
+    loss_key: str,
+) -> dict[str, dict[str, np.ndarray]]:
+    """The data mix of each attempt's phase config as ``mixture/weight/<source>`` series, for
+    campaigns whose runs log no weights: each attempt's weights, as fractions of their sum,
+    from its first step to the last step it keeps in the stitched ``loss`` (a later attempt
+    takes over from its own first step). Attempts without a mix leave a gap."""
+    if loss is None or not len(loss["step"]):
+        return {}
+    first = {
+        m.source_id: origins[(m.source_id, loss_key)]
+        for m in members
+        if (m.source_id, loss_key) in origins
+    }
+    limit = cutoffs(members, first)
+    last_step = int(loss["step"][-1])
+    spans: list[tuple[int, int, dict[str, float]]] = []
+    for member in members:
+        total = sum(member.data_mix.values())
+        if member.source_id not in first or not total > 0:
+            continue
+        start = first[member.source_id]
+        stop = int(min(limit[member.source_id] - 1, last_step))
+        if stop >= start:
+            mix = {name: weight / total for name, weight in member.data_mix.items()}
+            spans.append((start, stop, mix))
+    if not spans:
+        return {}
+    spans.sort(key=lambda span: span[0])
+    steps = np.array([step for start, stop, _ in spans for step in (start, stop)], dtype=np.int64)
+    tokens = np.interp(steps, loss["step"], loss["tokens"]) if "tokens" in loss else None
+    out: dict[str, dict[str, np.ndarray]] = {}
+    for name in sorted({name for _, _, mix in spans for name in mix}):
+        values = np.array(
+            [mix.get(name, 0.0) for _, _, mix in spans for _ in (0, 1)], dtype=np.float64
+        )
+        series = {"step": steps, "value": values, "min": values, "max": values}
+        if tokens is not None:
+            series["tokens"] = tokens
+        out[f"{MIXTURE_PREFIX}{name}"] = series
+    return out
 
 
 def window_points(

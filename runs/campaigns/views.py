@@ -60,7 +60,9 @@ def _detail(
         plan=campaign.ladder_plan, target_flops=campaign.target_flops
     )
     keys = selectors.chart_keys(campaign=campaign, present=present)
-    mixture = any(key.startswith(stitching.MIXTURE_PREFIX) for key in present)
+    mixture = any(key.startswith(stitching.MIXTURE_PREFIX) for key in present) or any(
+        member.data_mix for member in members
+    )
     return render(
         request,
         "runs/campaigns/detail.html",

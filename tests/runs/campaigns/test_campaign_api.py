@@ -12,7 +12,7 @@ from django.utils.timezone import now
 from rest_framework.test import APIClient
 
 from runs.alerts.models import Alert, AlertKind
-from runs.campaigns import selectors, stitching
+from runs.campaigns import selectors, services, stitching
 from runs.campaigns.models import Campaign, Intervention
 from runs.models import Run
 from tests.factories import UserFactory
@@ -280,3 +280,33 @@ def test_the_page_lists_the_open_alerts_of_its_runs(
     assert f'href="/runs/{c.pk}/' in section
     assert "mfu fell" not in section  # closed
     assert "elsewhere" not in section  # another run's
+
+
+def test_without_logged_weights_the_phases_data_mix_is_the_mixture(
+    api: APIClient, client: Any, campaign: Campaign, maintainer: Any
+) -> None:
+    """Runs that log no mixture/weight/ keys: each attempt's phase config's mix, as fractions,
+    over the steps the stitched curve keeps of it."""
+    assert chart(api)["mixture"] == []
+    mixes: list[dict[str, float]] = [
+        {"web": 3, "code": 1},
+        {"web": 3, "code": 1},
+        {"web": 1, "code": 1, "math": 0},
+    ]
+    for member, mix in zip(campaign.members.order_by("order"), mixes, strict=True):
+        services.campaign_run_add(
+            campaign=campaign, run=member.run, actor=maintainer, order=member.order, data_mix=mix
+        )
+    cache.clear()
+    found = chart(api)
+    assert found["mixture"] == [
+        "mixture/weight/code",
+        "mixture/weight/math",
+        "mixture/weight/web",
+    ]
+    web = found["series"]["mixture/weight/web"]
+    assert web["step"] == [0, 399, 400, 999, 1000, 1999]  # A until B restarts, B until C
+    assert web["value"] == [0.75, 0.75, 0.75, 0.75, 0.5, 0.5]
+    assert web["tokens"] == [tokens(step) for step in web["step"]]
+    assert found["series"]["mixture/weight/math"]["value"] == [0.0] * 6
+    assert 'data-chart-kind="mixture"' in client.get("/campaigns/big-run/").content.decode()
