@@ -24,6 +24,7 @@ from django.views.decorators.http import require_POST
 from marin_site.doors import Door
 from marin_site.errors import DomainError
 from marin_site.fragments import Fragments
+from marin_site.roles import role_names
 from proposals import export as proposal_export
 from proposals import follows, query_language, selectors, services
 from proposals import permissions as perms
@@ -165,10 +166,12 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # The forms' fields are the same for every reader too (an unbound form; the outcome's
     # filled in from the proposal), and so are the conclusion and the results (markdown
     # rendered and sanitized); the CSRF token stays outside them.
+    actions_name = f"actions:{request.user.pk}"  # the reader's allowed actions (below)
     fragments = Fragments(
         {
             "site-footer": [],
             "review-fields-new": [],
+            actions_name: [("proposal", pk)],
             **{
                 name: [("proposal", pk)]
                 for name in (*sections, "timeline", "outcome-fields", "conclusion", "results")
@@ -195,7 +198,14 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
     )
     user = request.user
-    allowed = {action.name: action for action in allowed_actions(proposal, user)}
+    # What this reader may do here: asked of the rules once per version of the proposal (a
+    # review, a hold, a launch all bump it) and of the reader's roles; the services ask again
+    # on every action, so a button is never the only check.
+    fragments.refine(actions_name, *sorted(role_names(user)), proposal.updated_at.isoformat())
+    allowed_names = fragments.get_or_render(
+        actions_name, lambda: [action.name for action in allowed_actions(proposal, user)]
+    )
+    allowed = {name: ACTIONS[name] for name in allowed_names}
     own_review = None
     if "review" in allowed:
         own_review = selectors.proposal_own_review(proposal=proposal, reviewer=user)

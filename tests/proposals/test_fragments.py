@@ -351,3 +351,24 @@ def test_a_changed_conclusion_shows_at_once_though_it_is_kept_rendered(
                 in html
             )
     assert "<strong>helped</strong>" not in client.get(url).content.decode()  # the old one
+
+
+def test_the_actions_kept_per_reader_follow_the_proposal_and_the_readers_roles(
+    submitted: Any, maintainer: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from django.contrib.auth.models import Group
+
+    url = f"/proposals/{submitted.pk}/"
+
+    def buttons() -> set[str]:
+        html = signed_in(maintainer).get(url).content.decode()
+        return set(re.findall(r'class="action-form action-([a-z_]+)"', html))
+
+    assert {"approve", "hold"} <= buttons()
+    assert {"approve", "hold"} <= buttons()  # kept
+    with django_capture_on_commit_callbacks(execute=True):
+        services.proposal_hold(proposal_id=submitted.pk, actor=maintainer, hold=True, reason="wait")
+    assert "unhold" in buttons() and "hold" not in buttons()
+    maintainer.groups.remove(Group.objects.get(name="maintainer"))
+    maintainer.groups.add(Group.objects.get_or_create(name="reviewer")[0])
+    assert not {"approve", "unhold", "reject"} & buttons()  # a reviewer now
