@@ -20,7 +20,7 @@ from marin_site.fragments import versions_bump
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
 from proposals.follows import notice_add
 from proposals.github.issues import pending_issues_import
-from proposals.models import Amendment, Comment, Event, Label, Proposal, Review
+from proposals.models import Amendment, Comment, Event, Follow, Label, Proposal, Review
 from proposals.selectors import LIST_VERSION
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
 from runs.alerts.models import Alert
@@ -160,6 +160,12 @@ def on_intervention_recorded_notify(sender: Any, *, intervention_id: int, **kwar
 @receiver(FRAGMENT_ROW_SIGNALS, sender=Proposal, dispatch_uid="fragments:proposals.Proposal")
 def on_proposal_written(sender: Any, instance: Proposal, **kwargs: Any) -> None:
     versions_bump("proposal", [instance.pk])
+
+
+@receiver(FRAGMENT_ROW_SIGNALS, sender=Follow, dispatch_uid="fragments:proposals.Follow")
+def on_follow_written(sender: Any, instance: Follow, **kwargs: Any) -> None:
+    """What a proposal page keeps for its reader says whether they follow it."""
+    versions_bump("reader-follows", [instance.user_id])
 
 
 @receiver(FRAGMENT_ROW_SIGNALS, sender=Review, dispatch_uid="fragments:proposals.Review")

@@ -166,12 +166,15 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # The forms' fields are the same for every reader too (an unbound form; the outcome's
     # filled in from the proposal), and so are the conclusion and the results (markdown
     # rendered and sanitized); the CSRF token stays outside them.
-    actions_name = f"actions:{request.user.pk}"  # the reader's allowed actions (below)
+    reader = f"reader:{request.user.pk}"  # what this reader may do, and follows (below)
+    reader_deps = [("proposal", pk)]
+    if request.user.pk is not None:
+        reader_deps.append(("reader-follows", request.user.pk))
     fragments = Fragments(
         {
             "site-footer": [],
             "review-fields-new": [],
-            actions_name: [("proposal", pk)],
+            reader: reader_deps,
             **{
                 name: [("proposal", pk)]
                 for name in (*sections, "timeline", "outcome-fields", "conclusion", "results")
@@ -198,16 +201,27 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ),
     )
     user = request.user
-    # What this reader may do here: asked of the rules once per version of the proposal (a
-    # review, a hold, a launch all bump it) and of the reader's roles; the services ask again
-    # on every action, so a button is never the only check.
-    fragments.refine(actions_name, *sorted(role_names(user)), proposal.updated_at.isoformat())
-    allowed_names = fragments.get_or_render(
-        actions_name, lambda: [action.name for action in allowed_actions(proposal, user)]
-    )
-    allowed = {name: ACTIONS[name] for name in allowed_names}
-    own_review = None
-    if "review" in allowed:
+    # What this reader may do here, whether they follow it, and their review: asked once per
+    # version of the proposal (a review, a hold, a launch all bump it), of the reader's
+    # follows and of their roles; the services ask again on every action, so a button is
+    # never the only check.
+    fragments.refine(reader, *sorted(role_names(user)), proposal.updated_at.isoformat())
+    loaded: dict[str, Any] = {}
+
+    def reader_facts() -> dict[str, Any]:
+        names = [action.name for action in allowed_actions(proposal, user)]
+        if "review" in names:
+            loaded["review"] = selectors.proposal_own_review(proposal=proposal, reviewer=user)
+        return {
+            "actions": names,
+            "following": follows.is_following(user=user, proposal_id=proposal.pk),
+            "review": getattr(loaded.get("review"), "pk", None),
+        }
+
+    facts = fragments.get_or_render(reader, reader_facts)
+    allowed = {name: ACTIONS[name] for name in facts["actions"]}
+    own_review = loaded.get("review")
+    if own_review is None and facts["review"] is not None:
         own_review = selectors.proposal_own_review(proposal=proposal, reviewer=user)
 
     @functools.cache
@@ -242,7 +256,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
                 "conclusion": proposal.conclusion,
             }
         ),
-        "following": follows.is_following(user=user, proposal_id=proposal.pk),
+        "following": facts["following"],
         "open_alerts": list(alert_selectors.plan_open_alerts(plan_id=proposal.plan_id))
         if proposal.plan_id is not None
         else [],

@@ -372,3 +372,24 @@ def test_the_actions_kept_per_reader_follow_the_proposal_and_the_readers_roles(
     maintainer.groups.remove(Group.objects.get(name="maintainer"))
     maintainer.groups.add(Group.objects.get_or_create(name="reviewer")[0])
     assert not {"approve", "unhold", "reject"} & buttons()  # a reviewer now
+
+
+def test_the_follow_button_kept_per_reader_follows_their_follows(
+    submitted: Any, reviewer: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from proposals import follows
+
+    client = signed_in(reviewer)
+    url = f"/proposals/{submitted.pk}/"
+    for _ in range(2):
+        assert ">Follow</button>" in client.get(url).content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        follows.follow_set(user=reviewer, proposal_id=submitted.pk, follow=True)
+    for _ in range(2):
+        assert ">Unfollow</button>" in client.get(url).content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        follows.follow_set(user=reviewer, proposal_id=submitted.pk, follow=False)
+    assert ">Follow</button>" in client.get(url).content.decode()
+    with django_capture_on_commit_callbacks(execute=True):
+        ReviewFactory.create(proposal=submitted, reviewer=reviewer, text="Kept **apart**.")
+    assert "Update your review" in client.get(url).content.decode()
