@@ -174,6 +174,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         {
             "site-footer": [],
             "review-fields-new": [],
+            "comment-field": [],
             reader: reader_deps,
             **{
                 name: [("proposal", pk)]
@@ -233,11 +234,11 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "actions": [  # (name, label, action): the buttons of the actions panel
             (name, allowed[name].label, allowed[name]) for name in BUTTON_ACTIONS if name in allowed
         ],
-        "reason_form": ReasonForm(),
         "can_review": "review" in allowed,
-        "review_form": ReviewForm(instance=own_review),
+        # The forms are built only if the page shows them (their fields are fragments).
+        "review_form": SimpleLazyObject(lambda: ReviewForm(instance=own_review)),
         "can_comment": "comment" in allowed,
-        "comment_form": CommentForm(),
+        "comment_form": SimpleLazyObject(CommentForm),
         "can_edit": "edit" in allowed,
         "can_record_outcome": "record_outcome" in allowed,
         # The outcome form waits for the results (or an explicit "without results").
@@ -249,12 +250,14 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         # Only read when the timeline is rendered, not when it comes from the cache:
         "timeline": SimpleLazyObject(lambda: timeline()[0]),
         "timeline_cut": SimpleLazyObject(lambda: timeline()[1]),
-        "outcome_form": OutcomeForm(
-            initial={  # a recorded verdict is kept when changing it; none is suggested
-                "outcome": proposal.outcome,
-                "confidence": proposal.confidence if proposal.outcome else "",
-                "conclusion": proposal.conclusion,
-            }
+        "outcome_form": SimpleLazyObject(
+            lambda: OutcomeForm(
+                initial={  # a recorded verdict is kept when changing it; none is suggested
+                    "outcome": proposal.outcome,
+                    "confidence": proposal.confidence if proposal.outcome else "",
+                    "conclusion": proposal.conclusion,
+                }
+            )
         ),
         "following": facts["following"],
         "open_alerts": list(alert_selectors.plan_open_alerts(plan_id=proposal.plan_id))
