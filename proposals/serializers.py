@@ -201,7 +201,8 @@ def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
     html_url = pk_url("proposals:detail", request)
     user = getattr(request, "user", None)
     # What a reader may do depends on the proposal's state, hold, whether it has a plan and
-    # whether the reader wrote it (proposals/actions.py): asked once per such combination.
+    # whether the reader wrote it (proposals/actions.py): asked once per such combination,
+    # and once per proposal the reader wrote.
     actions: dict[tuple[Any, ...], list[str]] = {}
     rows = []
     for pk in pks:
@@ -210,7 +211,13 @@ def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
             continue
         shared = entry["data"]
         mine = user is not None and entry["author_id"] == user.pk
-        situation = (shared["state"], shared["on_hold"], shared["plan_id"] is None, mine)
+        # An own proposal's approval also depends on its reviews by others: asked per row.
+        situation = (
+            shared["state"],
+            shared["on_hold"],
+            shared["plan_id"] is None,
+            pk if mine else None,
+        )
         if situation not in actions:
             state_of = Proposal(
                 pk=pk,

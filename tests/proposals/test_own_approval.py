@@ -85,3 +85,16 @@ def test_the_setting_may_ask_for_more(own: Proposal, settings: Any) -> None:
     settings.PROPOSALS_APPROVAL_MIN_OTHER_REVIEWS = 0
     fresh = ProposalFactory.create(author=own.author, state=State.SUBMITTED)
     assert action_refusal(proposal=fresh, actor=own.author, name="approve") is None
+
+
+def test_the_api_list_asks_each_own_proposal_for_its_own_reviews(own: Proposal) -> None:
+    """Two of the maintainer's own submitted proposals on one API page, one reviewed by
+    someone else: only that one offers "approve" (the list asks the rule once per situation,
+    and an own proposal's situation includes its reviews)."""
+    reviewed = ProposalFactory.create(author=own.author, recipe=own.recipe, state=State.SUBMITTED)
+    ReviewFactory.create(proposal=reviewed, reviewer=UserFactory.create(username="rita2"))
+    api = APIClient()
+    api.force_authenticate(own.author)
+    rows = {row["id"]: row for row in api.get("/api/v1/proposals/").json()["results"]}
+    assert "approve" in rows[reviewed.pk]["allowed_actions"]
+    assert "approve" not in rows[own.pk]["allowed_actions"]
