@@ -1,7 +1,8 @@
 """Slash commands in issue comments, run through the same services and permissions as the site.
 
 A command is a line that starts with ``/approve``, ``/reject REASON``, ``/request-changes
-REASON``, ``/hold``, ``/unhold``, ``/cancel``, ``/rerun RUN``, ``/status`` or ``/spec``
+REASON``, ``/withdraw [REASON]`` (the author), ``/hold``, ``/unhold``, ``/cancel``,
+``/rerun RUN``, ``/status`` or ``/spec``
 (followed by the ablation spec in a fenced YAML block: the first fenced block after it).
 Lines in fenced or indented code blocks and quoted lines (``>``) are not commands. Every command
 gets an answer comment: what was done, or why it was refused.
@@ -28,7 +29,8 @@ from runs.models import Run
 from runs.services.runs import run_rerun
 
 COMMAND = re.compile(
-    r"^ {0,3}/(approve|reject|request-changes|hold|unhold|cancel|rerun|status|spec)(?=\s|$)"
+    r"^ {0,3}/(approve|reject|request-changes|withdraw|hold|unhold|cancel|rerun|status|spec)"
+    r"(?=\s|$)"
     r"[ \t]*(.*)$"
 )
 TRANSITION_COMMANDS = {
@@ -36,6 +38,7 @@ TRANSITION_COMMANDS = {
     "reject": "reject",
     "request-changes": "request_changes",
     "cancel": "cancel",
+    "withdraw": "withdraw",
 }
 
 

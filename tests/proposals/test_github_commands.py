@@ -17,6 +17,8 @@ from tests.proposals.github_support import (
     drain,
     fake_github,
     github_on,
+    issue_payload,
+    issues_delivery,
     post_delivery,
     process_deliveries,
 )
@@ -174,3 +176,25 @@ def test_cancel_by_command_stops_the_plan(linked: Proposal, client: Any, maintai
     assert set(
         RunEvent.objects.filter(run__in=runs, verb="killed").values_list("door", flat=True)
     ) == {"github"}
+
+
+def test_the_author_withdraws_with_a_command_and_nobody_else_can(
+    github_on: Any, client: Any, recipe: Any
+) -> None:
+    issue = issue_payload(
+        number=77,
+        title="Try top-2 routing",
+        body="### Hypothesis\n\nTop-2 is as good.\n\n### Recipe\n\n" + recipe.name,
+        login="octo-author",
+    )
+    post_delivery(client, "issues", issues_delivery("opened", issue))
+    process_deliveries()
+    proposal = Proposal.objects.get(github_issue_number=77)
+    assert proposal.state != State.WITHDRAWN
+    refused = _say(client, proposal, "/withdraw", "randomperson", 7701)
+    assert refused.startswith("Sorry @randomperson, `/withdraw` was refused")
+    assert proposal.state != State.WITHDRAWN
+    answer = _say(client, proposal, "/withdraw we found it in the literature", "octo-author", 7702)
+    assert answer.startswith("@octo-author `/withdraw`: done")
+    assert proposal.state == State.WITHDRAWN
+    assert proposal.state_reason == "we found it in the literature"
