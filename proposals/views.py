@@ -163,13 +163,14 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # The page's sections that are the same for every reader (detail.html wraps each in
     # {% fragment %}), and what each needs loaded when it is rendered.
     sections = selectors.proposal_page_prefetches()
-    # The forms' fields are the same for every reader too (an unbound form; the outcome's
-    # filled in from the proposal), and so are the conclusion and the results (markdown
-    # rendered and sanitized); the CSRF token stays outside them.
-    reader = f"reader:{request.user.pk}"  # what this reader may do, and follows (below)
+    # What this reader may do, and whether they follow it (below): theirs alone.
+    reader = f"reader:{request.user.pk}"
     reader_deps = [("proposal", pk)]
     if request.user.pk is not None:
         reader_deps.append(("reader-follows", request.user.pk))
+    # The forms' fields are the same for every reader too (an unbound form; the outcome's
+    # filled in from the proposal), and so are the conclusion and the results (markdown
+    # rendered and sanitized); the CSRF token stays outside them.
     fragments = Fragments(
         {
             "site-footer": [],
@@ -207,23 +208,27 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # follows and of their roles; the services ask again on every action, so a button is
     # never the only check.
     fragments.refine(reader, *sorted(role_names(user)), proposal.updated_at.isoformat())
-    loaded: dict[str, Any] = {}
 
     def reader_facts() -> dict[str, Any]:
         names = [action.name for action in allowed_actions(proposal, user)]
-        if "review" in names:
-            loaded["review"] = selectors.proposal_own_review(proposal=proposal, reviewer=user)
+        review = (
+            selectors.proposal_own_review(proposal=proposal, reviewer=user)
+            if "review" in names
+            else None
+        )
         return {
             "actions": names,
             "following": follows.is_following(user=user, proposal_id=proposal.pk),
-            "review": getattr(loaded.get("review"), "pk", None),
+            "review": review.pk if review is not None else None,
         }
 
     facts = fragments.get_or_render(reader, reader_facts)
     allowed = {name: ACTIONS[name] for name in facts["actions"]}
-    own_review = loaded.get("review")
-    if own_review is None and facts["review"] is not None:
-        own_review = selectors.proposal_own_review(proposal=proposal, reviewer=user)
+    own_review = (
+        selectors.proposal_own_review(proposal=proposal, reviewer=user)
+        if facts["review"] is not None
+        else None
+    )
 
     @functools.cache
     def timeline() -> tuple[list[selectors.TimelineEntry], bool]:
