@@ -4,6 +4,12 @@ Roles are Django groups: ``reviewer`` and ``maintainer`` (a maintainer is also a
 a superuser is a maintainer). Any signed-in, active user is a contributor. The predicates
 below are django-rules predicates; ``proposals/permissions.py`` and ``runs/permissions.py``
 build their named permissions from them, and ``permission_require`` is how a service asks.
+
+A user's group names are read once per user object and, with a shared cache, kept there as
+a fragment (``marin_site/fragments.py``) under the user's ``roles`` version, which every
+change of their groups replaces once it commits (``proposals/receivers.py``: a membership
+added, removed or cleared from either side, a group renamed or deleted). Being active and
+being a superuser are read from the user's row on every request, never kept.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any
 
 import rules
 
+from marin_site import fragments
 from marin_site.errors import ActionForbidden
 
 ROLE_CONTRIBUTOR = "contributor"
@@ -19,6 +26,8 @@ ROLE_REVIEWER = "reviewer"
 ROLE_MAINTAINER = "maintainer"
 ROLES = (ROLE_CONTRIBUTOR, ROLE_REVIEWER, ROLE_MAINTAINER)
 _CACHE = "_marin_roles"
+_FRESH = "_marin_roles_fresh"  # groups changed in this transaction: read them, not the cache
+ROLES_VERSION = "roles"  # the fragments' version kind of a user's groups
 
 
 def role_names(user: Any) -> frozenset[str]:
@@ -27,17 +36,36 @@ def role_names(user: Any) -> frozenset[str]:
         return frozenset()
     cached = getattr(user, _CACHE, None)
     if cached is None:
-        cached = frozenset(user.groups.values_list("name", flat=True))
+        cached = frozenset(_group_names(user))
         if user.is_superuser:
             cached |= {ROLE_MAINTAINER}
         setattr(user, _CACHE, cached)
     return cached
 
 
+def _group_names(user: Any) -> list[str]:
+    def read() -> list[str]:
+        return sorted(user.groups.values_list("name", flat=True))
+
+    if getattr(user, _FRESH, False) or not fragments.enabled():
+        return read()
+    kept = fragments.Fragments({"groups": [(ROLES_VERSION, user.pk)]}, scope=f"user:{user.pk}")
+    names: list[str] = kept.get_or_render("groups", read)
+    kept.save()
+    return names
+
+
 def roles_forget(user: Any) -> None:
-    """Forget the roles read for this user object (after its groups changed)."""
+    """Forget the roles read for this user object (after its groups changed): it reads them
+    from the database from now on, as the shared cache learns of the change only at commit."""
     if hasattr(user, _CACHE):
         delattr(user, _CACHE)
+    setattr(user, _FRESH, True)
+
+
+def roles_changed(user_ids: Any) -> None:
+    """These users' groups changed: their kept roles are stale once this transaction commits."""
+    fragments.versions_bump(ROLES_VERSION, user_ids)
 
 
 @rules.predicate

@@ -11,6 +11,7 @@ import hashlib
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.db.models import Q
 from django.db.models.signals import m2m_changed, post_delete, post_save, pre_delete, pre_save
@@ -18,6 +19,7 @@ from django.dispatch import receiver
 
 from marin_site.fragments import versions_bump
 from marin_site.pagecache import PAGE_SIGNALS, generation_bump
+from marin_site.roles import roles_changed
 from proposals.follows import notice_add
 from proposals.github.issues import pending_issues_import
 from proposals.models import Amendment, Comment, Event, Follow, Label, Proposal, Review
@@ -231,3 +233,32 @@ def on_user_renamed(sender: Any, instance: Any, update_fields: Any = None, **kwa
     of_runs = Proposal.objects.filter(plan_id__in=plans).values_list("pk", flat=True)
     versions_bump("proposal", {*touched, *of_runs})
     versions_bump(LIST_VERSION[0], [LIST_VERSION[1]])  # the list filters by author
+
+
+# A user's roles are kept in the shared cache (marin_site/roles.py): every change of who is in
+# which group, from either side, and a group renamed or deleted, makes the users' roles stale.
+
+
+@receiver(m2m_changed, sender=get_user_model().groups.through, dispatch_uid="roles:memberships")
+def on_memberships_changed(
+    sender: Any, instance: Any, action: str, reverse: bool, pk_set: Any, **kwargs: Any
+) -> None:
+    if not reverse:  # user.groups.add/remove/set/clear
+        if action.startswith("post_"):
+            roles_changed([instance.pk])
+    elif action == "pre_clear":  # group.user_set.clear(): the users it had
+        roles_changed(_group_members(instance.pk))
+    elif action.startswith("post_") and pk_set:  # group.user_set.add/remove
+        roles_changed(pk_set)
+
+
+def _group_members(group_id: int) -> list[int]:
+    through = get_user_model().groups.through.objects
+    return list(through.filter(group_id=group_id).values_list("user_id", flat=True))
+
+
+@receiver(post_save, sender=Group, dispatch_uid="roles:group-saved")
+@receiver(pre_delete, sender=Group, dispatch_uid="roles:group-deleted")
+def on_group_written(sender: Any, instance: Group, **kwargs: Any) -> None:
+    """A renamed or deleted group changes the roles of everyone in it."""
+    roles_changed(_group_members(instance.pk))
