@@ -29,6 +29,12 @@ class TransitionNotAllowed(DomainError):
         )
 
 
+class Conflict(DomainError):
+    """The object's situation refuses the action, for a reason said in words (HTTP 409)."""
+
+    status_code = 409
+
+
 class ActionForbidden(DomainError):
     """The actor lacks the permission the action needs (HTTP 403)."""
 

@@ -103,17 +103,20 @@ RUN_ACTIONS = ("cancel", "rerun", "retry")
 RETRYABLE_STATES = frozenset({"failed", "crashed", "killed"})
 
 
-def run_allowed_actions(*, run: Any, user: Any, latest: bool) -> list[str]:
+def run_allowed_actions(*, run: Any, user: Any, latest: bool, plan_live: bool) -> list[str]:
     """The run actions ``user`` may take on ``run`` now, as the run services decide them
     (``runs.services.runs.run_cancel``, ``run_rerun``, ``run_retry``): the permission, then
-    the state. ``latest``: no newer run of the same plan entry exists (a rerun replaced it)."""
+    the state. ``latest``: no newer run of the same plan entry exists (a rerun replaced it);
+    ``plan_live``: the plan was launched and not cancelled (nothing starts a stopped plan's
+    runs, so none is run again)."""
     if user is None or not user.is_authenticated:
         return []
     allowed = []
     if run.state not in TERMINAL_RUN_STATES and user.has_perm(CANCEL_RUN, run):
         allowed.append("cancel")
-    if latest and run.state in TERMINAL_RUN_STATES and user.has_perm(RERUN_RUN, run):
+    again = latest and plan_live
+    if again and run.state in TERMINAL_RUN_STATES and user.has_perm(RERUN_RUN, run):
         allowed.append("rerun")
-    if latest and run.state in RETRYABLE_STATES and user.has_perm(RETRY_RUN, run):
+    if again and run.state in RETRYABLE_STATES and user.has_perm(RETRY_RUN, run):
         allowed.append("retry")
     return allowed

@@ -23,7 +23,7 @@ from runs import charts_png, claims, run_table, selectors, tracker_import, track
 from runs import permissions as run_perms
 from runs.alerts import selectors as alert_selectors
 from runs.executors import EXECUTORS, ExecutorError, get_executor
-from runs.models import Plan, Recipe, Run
+from runs.models import Plan, PlanLaunch, Recipe, Run
 from runs.pools.models import Pool
 from runs.services import recipes as recipe_services
 from runs.services import runs as run_writes
@@ -186,8 +186,17 @@ def _run_page(
             "claim": claim,
             "plan_page": _plan_page(run.plan_id),
             "newer": newer,
-            "run_actions": run_perms.run_allowed_actions(
-                run=run, user=request.user, latest=newer is None
+            "run_actions": (
+                run_perms.run_allowed_actions(
+                    run=run,
+                    user=request.user,
+                    latest=newer is None,
+                    plan_live=PlanLaunch.objects.filter(
+                        plan_id=run.plan_id, canceled_at__isnull=True
+                    ).exists(),
+                )
+                if request.user.is_authenticated
+                else []
             ),
             "chart_keys": chart_keys,
             "other_chart_keys": charted[run_table.DEFAULT_CHARTS :],

@@ -16,7 +16,7 @@ from django.db.models import Max
 from django.utils import timezone
 
 from marin_site.doors import Door
-from marin_site.errors import DomainError, TransitionNotAllowed
+from marin_site.errors import Conflict, DomainError, TransitionNotAllowed
 from marin_site.roles import permission_require
 from runs.models import TERMINAL_RUN_STATES, PlanLaunch, Run, RunEvent, RunState
 from runs.nudges import nudge
@@ -309,11 +309,21 @@ def _run_again(
     *, run_id: int, actor: Actor, door: str, verb: str, sources: frozenset[str], permission: str
 ) -> Run:
     with transaction.atomic():
+        # The plan's launch first, then the run: the order plan_cancel locks them in.
+        plan_id = Run.objects.values_list("plan_id", flat=True).get(pk=run_id)
+        launch = PlanLaunch.objects.select_for_update().filter(plan_id=plan_id).first()
         source = Run.objects.select_for_update().get(pk=run_id)
         permission_require(actor, permission, source, f"{verb} this run")
         if source.state not in sources:
             raise TransitionNotAllowed(
                 action=f"{verb} a run", current=source.state, allowed=sources
+            )
+        if launch is None or launch.canceled_at is not None:
+            # Nothing dispatches a stopped plan's runs: a new one would wait forever.
+            raise Conflict(
+                f"Cannot {verb} run {source.pk}: its plan "
+                + ("was cancelled" if launch is not None else "was never launched")
+                + ", so nothing would start the new run."
             )
         latest = Run.objects.filter(entry_id=source.entry_id).aggregate(m=Max("sequence"))["m"]
         if latest != source.sequence:

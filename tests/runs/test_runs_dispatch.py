@@ -19,6 +19,7 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from marin_site.celery import app
+from marin_site.errors import DomainError
 from runs import tokens
 from runs.executors import JobState, JobStatus
 from runs.executors.local import LocalExecutor
@@ -458,3 +459,25 @@ def test_config_error_in_command_template_fails_the_run(
     assert set(Run.objects.filter(plan=plan).values_list("state", "failure_kind")) == {
         (RunState.FAILED, "config")
     }
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_rerun_asked_while_the_plan_is_being_cancelled_waits_and_is_refused(
+    recipe: Any, maintainer: Any
+) -> None:
+    """The rerun waits for the cancel's lock on the plan's launch (taken first by both), then
+    sees the plan cancelled: no queued run is left in a plan that nothing dispatches."""
+    app.conf.task_always_eager = False
+    plan = launched_plan(recipe)
+    done = Run.objects.filter(plan=plan).order_by("pk").first()
+    assert done is not None
+    run_writes.run_transition(run_id=done.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=done.pk, to_state=RunState.FINISHED, door="worker")
+
+    with pytest.raises(DomainError, match="its plan was cancelled"):
+        race(
+            lambda: plan_services.plan_cancel(plan_id=plan.pk, actor=maintainer),
+            lambda: run_writes.run_rerun(run_id=done.pk, actor=maintainer),
+        )
+    assert Run.objects.filter(plan=plan).count() == 2
+    assert not Run.objects.filter(plan=plan, state=RunState.QUEUED).exists()

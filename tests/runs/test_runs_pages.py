@@ -8,6 +8,7 @@ import pytest
 from django.test import Client
 
 from runs.models import MetricSummary, Run, RunEvent, RunState
+from runs.services import plans as plan_services
 from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan  # noqa: F401
 
@@ -74,6 +75,24 @@ def test_run_page_offers_the_actions_the_state_allows_to_maintainers_only(
     assert f'action="/runs/{ended.pk}/retry/"' in page
     assert "/cancel/" not in page
     assert 'name="csrfmiddlewaretoken"' in page.split('id="run-actions"')[1]
+
+
+def test_a_cancelled_plan_s_runs_are_not_offered_again_and_a_forced_rerun_is_refused(
+    client: Client, recipe: Any, maintainer: Any
+) -> None:
+    failed, _ = _two_runs(recipe)
+    run_writes.run_transition(run_id=failed.pk, to_state=RunState.RUNNING, door="worker")
+    run_writes.run_transition(run_id=failed.pk, to_state=RunState.FAILED, door="worker")
+    client.force_login(maintainer)
+    page = client.get(failed.get_absolute_url()).content.decode()
+    assert "run-action-rerun" in page and "run-action-retry" in page
+    plan_services.plan_cancel(plan_id=failed.plan_id, actor=maintainer)
+    page = client.get(failed.get_absolute_url()).content.decode()
+    assert "run-action-rerun" not in page and "run-action-retry" not in page
+    refused = client.post(f"/runs/{failed.pk}/rerun/")
+    assert refused.status_code == 409
+    assert "its plan was cancelled" in refused.content.decode()
+    assert Run.objects.filter(plan_id=failed.plan_id).count() == 2
 
 
 def test_cancel_rerun_and_retry_from_the_page_say_what_happened(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import AnonymousUser
 
-from marin_site.errors import TransitionNotAllowed
+from marin_site.errors import Conflict, TransitionNotAllowed
 from runs import results
 from runs.models import MetricSummary, PlanLaunch, Run, RunState
 from runs.services import dispatch
@@ -106,6 +106,27 @@ def test_rerun_makes_a_new_run_and_reopens_the_plan(recipe: Any, maintainer: Any
     assert ablation.state == RunState.FINISHED  # terminal states never change
     assert PlanLaunch.objects.get(plan=plan).finished_at is None
     assert [r.pk for r in results.latest_runs(plan_id=plan.pk)] == [baseline.pk, again.pk]
+
+
+def test_rerun_and_retry_refused_once_the_plan_is_cancelled(
+    api_as: Any, recipe: Any, maintainer: Any
+) -> None:
+    plan = launched_plan(recipe)
+    finished, failed = Run.objects.filter(plan=plan).order_by("pk")
+    finish(finished)
+    run_writes.run_transition(
+        run_id=failed.pk, to_state="failed", failure_kind="code", door="worker"
+    )
+    plan_services.plan_cancel(plan_id=plan.pk, actor=maintainer)
+    with pytest.raises(Conflict, match="its plan was cancelled"):
+        run_writes.run_rerun(run_id=finished.pk, actor=maintainer)
+    with pytest.raises(Conflict, match="its plan was cancelled"):
+        run_writes.run_retry(run_id=failed.pk, actor=maintainer)
+    response = api_as(maintainer).post(f"/api/v1/runs/{finished.pk}/rerun/")
+    assert response.status_code == 409
+    assert "cancelled" in response.json()["detail"]
+    assert Run.objects.filter(plan=plan).count() == 2  # no run that nothing would start
+    assert dispatch.runs_dispatch() == []
 
 
 def test_retry_refused_for_a_finished_run(recipe: Any, maintainer: Any) -> None:
