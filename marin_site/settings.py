@@ -172,7 +172,7 @@ STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {
         "BACKEND": (
-            "whitenoise.storage.CompressedManifestStaticFilesStorage"
+            "marin_site.staticfiles.StaticFilesStorage"  # whitenoise's, never a 500
             if not DEBUG
             else "django.contrib.staticfiles.storage.StaticFilesStorage"
         )
