@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
 from django.utils import timezone
 from psycopg.types.numeric import Int8
 
@@ -38,6 +39,8 @@ from runs.models import MetricPoint, MetricSummary, Run, RunState
 from runs.series.rollup import series_refresh_soon
 
 logger = logging.getLogger(__name__)
+
+SIGN_OF_LIFE_EVERY = timedelta(seconds=2)  # how often a write refreshes a run's heartbeat
 
 
 class NotRunning(DomainError):
@@ -93,6 +96,8 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
         raise ValidationError({"points": problems[:MAX_ERRORS]})
     if values is not batch.values:
         batch = PointBatch(batch.keys, batch.steps, values, batch.times)
+    if run.state == RunState.RUNNING:
+        run_sign_of_life(run_id=run.pk)
     if connection.vendor == "postgresql":
         changed = ingest_postgresql(run_id=run.pk, batch=batch)
     else:
@@ -316,6 +321,17 @@ def ingest_portable(*, run_id: int, batch: PointBatch) -> int:
         update_fields=["last", "min", "max", "step", "count", "stale_from"],
     )
     return len(by_key)
+
+
+def run_sign_of_life(*, run_id: int) -> None:
+    """A running run's write is a sign of life, as good as a heartbeat: a job that reports
+    metrics (through any door) is not silent, whether or not it sends heartbeats too, and
+    the reconciler and the silence alert count it. At most one row written per
+    ``SIGN_OF_LIFE_EVERY``."""
+    now = timezone.now()
+    Run.objects.filter(pk=run_id, state=RunState.RUNNING).filter(
+        Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=now - SIGN_OF_LIFE_EVERY)
+    ).update(heartbeat_at=now)
 
 
 def run_heartbeat(*, run_id: int) -> Run:

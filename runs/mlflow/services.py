@@ -19,13 +19,12 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
@@ -52,7 +51,6 @@ from runs.models import Plan, PlanLaunch, Run, RunEvent, RunState
 from runs.services import runs as run_writes
 
 DOOR = Door.MLFLOW
-HEARTBEAT_EVERY = timedelta(seconds=2)
 RUN_TOKEN = re.compile(r"^r(\d{1,19})\.[0-9a-f]{64}$")
 
 
@@ -114,14 +112,6 @@ def _run_token_may_write(run: Run) -> None:
     if refusal is not None:
         code = UNAUTHENTICATED if refusal.status_code == 401 else RESOURCE_CONFLICT
         raise MlflowError(code, refusal.message)
-
-
-def _heartbeat(run_id: int) -> None:
-    """Any write of a running run is a sign of life (MLflow clients send no heartbeats)."""
-    now = timezone.now()
-    Run.objects.filter(pk=run_id, state=RunState.RUNNING).filter(
-        Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=now - HEARTBEAT_EVERY)
-    ).update(heartbeat_at=now)
 
 
 # --- experiments ---------------------------------------------------------------------------
@@ -195,7 +185,7 @@ def run_create(
         run = _claim(user=caller.user, plan_id=plan_id, wanted=tag_map.pop("marin.run_id", ""))
     if tag_map:
         tracker_reports.run_tracker_report(run_id=run.pk, tags=tag_map)
-    _heartbeat(run.pk)
+    ingest.run_sign_of_life(run_id=run.pk)  # MLflow clients send no heartbeats
     return selectors.run_get(run_id=run.pk)
 
 
@@ -281,7 +271,7 @@ def run_update(
             "(rerun it on the site)."
         )
     else:
-        _heartbeat(run.pk)
+        ingest.run_sign_of_life(run_id=run.pk)  # MLflow clients send no heartbeats
     run.refresh_from_db()
     return protocol.run_info(run)
 
@@ -360,7 +350,7 @@ def log_batch(
         if not_finite:
             _note_not_finite(locked, not_finite, caller)
             alerts_not_finite(run=locked, first_steps=not_finite, door=DOOR)
-    _heartbeat(run.pk)
+    ingest.run_sign_of_life(run_id=run.pk)  # MLflow clients send no heartbeats
 
 
 def _points(items: list[protocol.MetricIn]) -> tuple[metrics_parse.PointBatch, dict[str, int]]:
@@ -437,4 +427,4 @@ def tag_delete(*, caller: Caller, run_id: int, key: str) -> None:
             RESOURCE_DOES_NOT_EXIST, f"No tag with name: {key} in run with id {run.pk}"
         )
     tracker_reports.run_tracker_report(run_id=run.pk, untag=[key])
-    _heartbeat(run.pk)
+    ingest.run_sign_of_life(run_id=run.pk)  # MLflow clients send no heartbeats

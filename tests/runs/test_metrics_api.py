@@ -12,9 +12,11 @@ from django.utils import timezone
 from rest_framework.test import APIClient
 
 from runs import tokens
+from runs.alerts import services as alerts
 from runs.metrics import ingest as metric_writes
 from runs.metrics import parse as metrics_parse
 from runs.models import MetricPoint, MetricSummary, Run, RunState
+from runs.services import reconcile
 from runs.services import runs as run_writes
 from tests.concurrency import race
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
@@ -377,6 +379,32 @@ def test_heartbeat_records_and_reports_cancel(
     assert run.heartbeat_at is not None
     run_writes.run_cancel(run_id=run.pk, actor=maintainer)
     assert post(api, run, token, "heartbeat/", {}).json()["cancel_requested"] is True
+
+
+def test_metrics_are_a_sign_of_life_a_refused_batch_is_not(
+    api: APIClient, running: tuple[Run, str], django_capture_on_commit_callbacks: Any
+) -> None:
+    """A job that reports metrics and sends no heartbeat is alive: the reconciler leaves it
+    running and the silence check opens no alert."""
+    run, token = running
+    long_ago = timezone.now() - timedelta(hours=1)
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=long_ago)
+    refused = {"points": [{"key": "train/loss", "step": 1, "value": "nan"}]}
+    assert post(api, run, token, "metrics/", refused).status_code == 400
+    assert Run.objects.get(pk=run.pk).heartbeat_at == long_ago  # nothing stored
+    assert post(api, run, token, "metrics/", batch("train/loss", range(3))).status_code == 200
+    run.refresh_from_db()
+    assert run.heartbeat_at is not None and run.heartbeat_at > long_ago
+    with django_capture_on_commit_callbacks(execute=True):
+        reconcile.run_reconcile(run_id=run.pk)
+    assert alerts.alerts_silence_check()["opened"] == 0
+    run.refresh_from_db()
+    assert run.state == RunState.RUNNING
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=long_ago)  # silent since: now it is
+    with django_capture_on_commit_callbacks(execute=True):
+        reconcile.run_reconcile(run_id=run.pk)
+    run.refresh_from_db()
+    assert run.state == RunState.CRASHED and "no heartbeat" in run.state_reason
 
 
 def test_runner_may_finish_or_fail_but_not_kill(api: APIClient, recipe: Any) -> None:
