@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC
+from datetime import UTC, datetime
 
 from django.db import connection
 from django.db.models import Count, QuerySet
@@ -29,32 +29,37 @@ def run_list() -> QuerySet[Run]:
 
 def runner_run(*, run_id: int) -> Run | None:
     """The run a runner's request names, with just what its token check and the metrics
-    door read (state, token hash, when it started and its time limit). Every metrics batch asks, so this is one plain query:
+    door read (state, token hash, when it started, its time limit and last sign of life). Every metrics batch asks, so this is one plain query:
     Django builds the same SELECT through the ORM for 1.5 ms of CPU, this for 0.3 ms."""
     if not 0 < run_id < 2**63:  # a URL's digits can outgrow bigint
         return None
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT state, token_hash, attempt, started_at, time_limit_seconds "  # noqa: S608
+            f"SELECT state, token_hash, attempt, started_at, time_limit_seconds, heartbeat_at "  # noqa: S608
             f"FROM {Run._meta.db_table} WHERE id = %s",
             [run_id],
         )
         row = cursor.fetchone()
     if row is None:
         return None
-    started_at = row[3]
-    if isinstance(started_at, str):  # SQLite hands back text for a raw query
-        started_at = parse_datetime(started_at)
-    if started_at is not None and timezone.is_naive(started_at):
-        started_at = timezone.make_aware(started_at, UTC)
     return Run(
         pk=run_id,
         state=row[0],
         token_hash=row[1],
         attempt=row[2],
-        started_at=started_at,
+        started_at=_aware(row[3]),
         time_limit_seconds=row[4],
+        heartbeat_at=_aware(row[5]),
     )
+
+
+def _aware(value: datetime | str | None) -> datetime | None:
+    """A datetime column of a raw query, as the ORM would give it."""
+    if isinstance(value, str):  # SQLite hands back text for a raw query
+        value = parse_datetime(value)
+    if value is not None and timezone.is_naive(value):
+        value = timezone.make_aware(value, UTC)
+    return value
 
 
 def run_detail(*, run_id: int) -> Run | None:

@@ -97,7 +97,8 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
     if values is not batch.values:
         batch = PointBatch(batch.keys, batch.steps, values, batch.times)
     if run.state == RunState.RUNNING:
-        run_sign_of_life(run_id=run.pk)
+        loaded = "heartbeat_at" not in run.get_deferred_fields()
+        run_sign_of_life(run_id=run.pk, last=run.heartbeat_at if loaded else None)
     if connection.vendor == "postgresql":
         changed = ingest_postgresql(run_id=run.pk, batch=batch)
     else:
@@ -323,12 +324,15 @@ def ingest_portable(*, run_id: int, batch: PointBatch) -> int:
     return len(by_key)
 
 
-def run_sign_of_life(*, run_id: int) -> None:
+def run_sign_of_life(*, run_id: int, last: datetime | None = None) -> None:
     """A running run's write is a sign of life, as good as a heartbeat: a job that reports
     metrics (through any door) is not silent, whether or not it sends heartbeats too, and
     the reconciler and the silence alert count it. At most one row written per
-    ``SIGN_OF_LIFE_EVERY``."""
+    ``SIGN_OF_LIFE_EVERY``; no query at all when ``last``, the heartbeat as the caller read
+    the run, is that recent."""
     now = timezone.now()
+    if last is not None and now - last < SIGN_OF_LIFE_EVERY:
+        return
     Run.objects.filter(pk=run_id, state=RunState.RUNNING).filter(
         Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=now - SIGN_OF_LIFE_EVERY)
     ).update(heartbeat_at=now)

@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -384,8 +386,8 @@ def test_heartbeat_records_and_reports_cancel(
 def test_metrics_are_a_sign_of_life_a_refused_batch_is_not(
     api: APIClient, running: tuple[Run, str], django_capture_on_commit_callbacks: Any
 ) -> None:
-    """A job that reports metrics and sends no heartbeat is alive: the reconciler leaves it
-    running and the silence check opens no alert."""
+    """A job that reports metrics and sends no heartbeat is alive: the reconciler's silence
+    rule leaves it running and the silence check opens no alert."""
     run, token = running
     long_ago = timezone.now() - timedelta(hours=1)
     Run.objects.filter(pk=run.pk).update(heartbeat_at=long_ago)
@@ -395,16 +397,19 @@ def test_metrics_are_a_sign_of_life_a_refused_batch_is_not(
     assert post(api, run, token, "metrics/", batch("train/loss", range(3))).status_code == 200
     run.refresh_from_db()
     assert run.heartbeat_at is not None and run.heartbeat_at > long_ago
+    with CaptureQueriesContext(connection) as again:  # a second right after: no write
+        assert (
+            post(api, run, token, "metrics/", batch("train/loss", range(3, 6))).status_code == 200
+        )
+    assert not [q for q in again.captured_queries if 'SET "heartbeat_at"' in q["sql"]]
     with django_capture_on_commit_callbacks(execute=True):
-        reconcile.run_reconcile(run_id=run.pk)
+        assert reconcile._crash_if_stale(run, executor_cancel=None).state == RunState.RUNNING
     assert alerts.alerts_silence_check()["opened"] == 0
-    run.refresh_from_db()
-    assert run.state == RunState.RUNNING
     Run.objects.filter(pk=run.pk).update(heartbeat_at=long_ago)  # silent since: now it is
-    with django_capture_on_commit_callbacks(execute=True):
-        reconcile.run_reconcile(run_id=run.pk)
     run.refresh_from_db()
-    assert run.state == RunState.CRASHED and "no heartbeat" in run.state_reason
+    with django_capture_on_commit_callbacks(execute=True):
+        crashed = reconcile._crash_if_stale(run, executor_cancel=None)
+    assert crashed.state == RunState.CRASHED and "no heartbeat" in crashed.state_reason
 
 
 def test_runner_may_finish_or_fail_but_not_kill(api: APIClient, recipe: Any) -> None:
