@@ -350,7 +350,8 @@ def log_batch(
         if not_finite:
             _note_not_finite(locked, not_finite, caller)
             alerts_not_finite(run=locked, first_steps=not_finite, door=DOOR)
-    ingest.run_sign_of_life(run_id=run.pk)  # MLflow clients send no heartbeats
+    if not len(batch):  # metrics_ingest counted the points as a sign of life already
+        ingest.run_sign_of_life(run_id=run.pk, last=locked.heartbeat_at)
 
 
 def _points(items: list[protocol.MetricIn]) -> tuple[metrics_parse.PointBatch, dict[str, int]]:
