@@ -13,8 +13,11 @@ commits. A fragment is used only when every version stored with it is the curren
 one write makes only that object's fragments stale. The order makes this safe: a page reads
 the versions before it reads the rows it renders from, and a writer commits before it
 replaces the version; a fragment rendered from rows older than a write is therefore stored
-under a version older than that write's, and never matches again. A fragment holds nothing
-about the reader: what depends on the user stays outside the fragments.
+under a version older than that write's, and never matches again. A fragment shared by
+every reader holds nothing about the reader. What is a reader's own (their page header, their
+controls and forms on a proposal's page, their roles) is kept in fragments named after them,
+keyed by all they show; no CSRF token is ever kept: ``{% fragment NAME csrf %}`` keeps a mark
+that each response replaces with its own token.
 
 A version that is not in the cache (first use, expiry, eviction) is created with
 ``cache.add`` as a new token, so a fragment never matches a version that went missing. ``FRAGMENT_CACHE_SECONDS`` bounds how long a
@@ -27,7 +30,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from django.conf import settings
@@ -79,20 +82,35 @@ class Fragments:
     whose stored versions are all current; ``put`` keeps a freshly rendered one, and ``save``
     writes them back in one round trip (call it once the response is rendered)."""
 
-    def __init__(self, wanted: dict[str, Sequence[Dependency]], scope: str = "") -> None:
+    def __init__(
+        self,
+        wanted: Mapping[str, Sequence[Dependency]],
+        scope: str = "",
+        shared: Mapping[str, Sequence[Dependency]] | None = None,
+    ) -> None:
+        """``scope`` prefixes the names of ``wanted`` (a page's sections); ``shared`` names
+        fragments outside the scope (kept for other pages too), read in the same trip."""
         self._prefix = f"{FRAGMENT_PREFIX}{scope}:" if scope else FRAGMENT_PREFIX
+        self._keys: dict[str, str] = {}
         self._stamps: dict[str, tuple[str, ...]] = {}
         self._found: dict[str, Any] = {}
         self._stored: dict[str, Any] = {}
         self._new: dict[str, tuple[tuple[str, ...] | None, Any]] = {}
-        self.extend(wanted)
+        self.extend(wanted, shared)
 
-    def extend(self, wanted: dict[str, Sequence[Dependency]]) -> None:
+    def extend(
+        self,
+        wanted: Mapping[str, Sequence[Dependency]],
+        shared: Mapping[str, Sequence[Dependency]] | None = None,
+    ) -> None:
         """Read (more) fragments and the versions they carry, in one round trip."""
-        if not enabled() or not wanted:
+        if not enabled() or not (wanted or shared):
             return
+        self._keys |= {name: self._prefix + name for name in wanted}
+        self._keys |= {name: FRAGMENT_PREFIX + name for name in shared or {}}
+        wanted = {**wanted, **(shared or {})}
         version_keys = {version_key(kind, pk) for deps in wanted.values() for kind, pk in deps}
-        fragment_keys = [self._prefix + name for name in wanted]
+        fragment_keys = [self._keys[name] for name in wanted]
         found = cache.get_many([*version_keys, *fragment_keys])
         missing = version_keys - found.keys()
         if missing:
@@ -104,7 +122,7 @@ class Fragments:
             if "" in stamp:  # the cache refused the version: keep nothing under it
                 continue
             self._stamps[name] = stamp
-            stored = self._stored[name] = found.get(self._prefix + name)
+            stored = self._stored[name] = found.get(self._keys[name])
             if stored is not None and stored[0] == stamp:
                 self._found[name] = stored[1]
 
@@ -145,7 +163,7 @@ class Fragments:
         return value
 
     def save(self) -> None:
-        kept = {self._prefix + n: e for n, e in self._new.items() if e[0] is not None}
+        kept = {self._keys[n]: e for n, e in self._new.items() if e[0] is not None}
         if kept:
             cache.set_many(kept, timeout=settings.FRAGMENT_CACHE_SECONDS)
         self._new = {}

@@ -30,27 +30,41 @@ _FRESH = "_marin_roles_fresh"  # groups changed in this transaction: read them, 
 ROLES_VERSION = "roles"  # the fragments' version kind of a user's groups
 
 
-def role_names(user: Any) -> frozenset[str]:
-    """The user's role groups, read once per user object."""
+def role_names(user: Any, page: fragments.Fragments | None = None) -> frozenset[str]:
+    """The user's role groups, read once per user object; from a page's ``Fragments`` that
+    read ``roles_kept(user)`` with its own, if given (no round trip of their own)."""
     if not getattr(user, "is_authenticated", False) or not user.is_active:
         return frozenset()
     cached = getattr(user, _CACHE, None)
     if cached is None:
-        cached = frozenset(_group_names(user))
+        cached = frozenset(_group_names(user, page))
         if user.is_superuser:
             cached |= {ROLE_MAINTAINER}
         setattr(user, _CACHE, cached)
     return cached
 
 
-def _group_names(user: Any) -> list[str]:
+def roles_kept(user: Any) -> dict[str, list[fragments.Dependency]]:
+    """The fragment of the user's kept roles, for a page to read with its own (``shared``)."""
+    if not getattr(user, "is_authenticated", False):
+        return {}
+    return {_kept_name(user): [(ROLES_VERSION, user.pk)]}
+
+
+def _kept_name(user: Any) -> str:
+    return f"user:{user.pk}:groups"
+
+
+def _group_names(user: Any, page: fragments.Fragments | None) -> list[str]:
     def read() -> list[str]:
         return sorted(user.groups.values_list("name", flat=True))
 
     if getattr(user, _FRESH, False) or not fragments.enabled():
         return read()
-    kept = fragments.Fragments({"groups": [(ROLES_VERSION, user.pk)]}, scope=f"user:{user.pk}")
-    names: list[str] = kept.get_or_render("groups", read)
+    if page is not None:  # kept by the page's save()
+        return list(page.get_or_render(_kept_name(user), read))
+    kept = fragments.Fragments({}, shared=roles_kept(user))
+    names: list[str] = kept.get_or_render(_kept_name(user), read)
     kept.save()
     return names
 

@@ -231,9 +231,13 @@ def action_require(*, proposal: Proposal, actor: Any, name: str) -> bool:
 
 
 def allowed_actions(proposal: Proposal, user: Any) -> list[Action]:
-    """The actions ``user`` may take on ``proposal`` now, in the table's order."""
+    """The actions ``user`` may take on ``proposal`` now, in the table's order.
+
+    An action whose states do not include the proposal's is refused whoever asks, so the
+    permission (the costlier question) is asked only of the others."""
     return [
         action
         for name, action in ACTIONS.items()
-        if action_refusal(proposal=proposal, actor=user, name=name) is None
+        if proposal.state in action.states
+        and action_refusal(proposal=proposal, actor=user, name=name) is None
     ]

@@ -16,6 +16,7 @@ from rest_framework.response import Response
 from marin_site.api import HasNamedPermission
 from marin_site.doors import Door
 from marin_site.fragments import Fragments
+from marin_site.roles import role_names, roles_kept
 from proposals import export as proposal_export
 from proposals import permissions as perms
 from proposals import query_language, selectors, services
@@ -63,7 +64,8 @@ class ProposalViewSet(
         writes."""
         digest = hashlib.sha256(request.GET.urlencode().encode()).hexdigest()
         name = f"api-list-page:{digest}"
-        fragments = Fragments({name: [selectors.LIST_VERSION]})
+        fragments = Fragments({name: [selectors.LIST_VERSION]}, shared=roles_kept(request.user))
+        role_names(request.user, fragments)  # each row's actions ask them: one round trip
         listed = selectors.CachedListing(
             lambda: self.filter_queryset(selectors.proposal_ids()).values_list("pk", flat=True),
             fragments,

@@ -157,13 +157,39 @@ def proposal_page_prefetches() -> dict[str, Any]:
     }
 
 
-def proposal_detail(*, pk: int, prefetch: bool = True, related: bool = True) -> Proposal:
+# What a proposal's page reads of the row besides its kept sections (detail.html: the title,
+# badges and callouts, the outcome, what the reader may do, the keys of the sections); the
+# sections that show the rest ("head", "body", "details") load it when they are rendered.
+PAGE_FIELDS = (
+    "title",
+    "state",
+    "state_reason",
+    "on_hold",
+    "author_id",
+    "plan_id",
+    "outcome",
+    "confidence",
+    "concluded_at",
+    "conclusion",
+    "results",
+    "github_issue_number",
+    "updated_at",
+)
+PAGE_ROW_SECTIONS = ("head", "body", "details")
+
+
+def proposal_detail(
+    *, pk: int, prefetch: bool = True, related: bool = True, page_fields: bool = False
+) -> Proposal:
     """One proposal with its labels, reviews, comments and amendments prefetched (without
     them when ``prefetch`` is False: ``proposal_page_prefetches`` says what each section
     needs; the timeline: ``proposal_timeline``), and its author, recipe and plan joined
     (loaded on first use instead when ``related`` is False: a page whose sections come
-    from the fragment cache never uses them)."""
+    from the fragment cache never uses them). With ``page_fields``, only ``PAGE_FIELDS``
+    (``proposal_rest_load`` loads the others in one query)."""
     queryset = Proposal.objects.defer("search_vector")
+    if page_fields:
+        queryset = Proposal.objects.only(*PAGE_FIELDS)
     if related:
         queryset = queryset.select_related("author", "recipe", "plan")
     if prefetch:
@@ -171,6 +197,14 @@ def proposal_detail(*, pk: int, prefetch: bool = True, related: bool = True) -> 
             *(lookup for lookups in proposal_page_prefetches().values() for lookup in lookups)
         )
     return queryset.get(pk=pk)
+
+
+def proposal_rest_load(proposal: Proposal) -> None:
+    """Load the fields ``proposal_detail(page_fields=True)`` left out, in one query (read
+    one by one on first use, they would cost a query each)."""
+    rest = proposal.get_deferred_fields() - {"search_vector"}
+    if rest:
+        proposal.refresh_from_db(fields=sorted(rest))
 
 
 def proposal_own_review(*, proposal: Proposal, reviewer: Any) -> Review | None:

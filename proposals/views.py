@@ -6,6 +6,7 @@ import functools
 import hashlib
 from typing import Any
 
+import rules
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -24,7 +25,7 @@ from django.views.decorators.http import require_POST
 from marin_site.doors import Door
 from marin_site.errors import DomainError
 from marin_site.fragments import Fragments
-from marin_site.roles import role_names
+from marin_site.roles import role_names, roles_kept
 from proposals import export as proposal_export
 from proposals import follows, query_language, selectors, services
 from proposals import permissions as perms
@@ -35,6 +36,7 @@ from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
 from proposals.markdown import render_markdown
 from proposals.models import Proposal, State
+from proposals.templatetags.github_sync import github_sync_facts
 from runs import selectors as run_selectors
 from runs.alerts import selectors as alert_selectors
 from runs.campaigns.selectors import CAMPAIGN_LIST_VERSION
@@ -59,20 +61,42 @@ def refusal(
     )
 
 
+def site_header(request: HttpRequest) -> str:
+    """The name of this reader's page header (base.html's ``site_header``) on this view.
+
+    It is kept with no version: ``site_header_refine`` keys it by all it shows (the
+    reader's name and whether they see the review queue), and the view is in its name."""
+    match = request.resolver_match
+    return f"site-header:{request.user.pk or 0}:{match.view_name if match else ''}"
+
+
+def site_header_refine(fragments: Fragments, name: str, request: HttpRequest) -> None:
+    user = request.user
+    # The site's rule (proposals/permissions.py) alone: asking ``user.has_perm`` would also
+    # ask the model backend, two queries for a reader who is not a reviewer.
+    queue = rules.has_perm(perms.VIEW_REVIEW_QUEUE, user)
+    fragments.refine(name, user.get_username(), queue)
+
+
 def proposal_list(request: HttpRequest) -> HttpResponse:
     digest = hashlib.sha256(request.GET.urlencode().encode()).hexdigest()
     # The filter bar shows only the query string; the footer, nothing at all; the listing
     # (how many match, and this page's ids) what the proposals are, as LIST_VERSION says;
     # the active campaigns what the campaigns are.
     filters, listing = f"list-filters:{digest}", f"list-page:{digest}"
+    header = site_header(request)
     fragments = Fragments(
         {
+            header: [],
             filters: [],
             "site-footer": [],
             listing: [selectors.LIST_VERSION],
             "active-campaigns": [CAMPAIGN_LIST_VERSION],
-        }
+        },
+        shared=roles_kept(request.user),
     )
+    role_names(request.user, fragments)  # for the header, from the same round trip
+    site_header_refine(fragments, header, request)
     filterset: Any = SimpleLazyObject(
         lambda: ProposalFilter(request.GET or None, queryset=selectors.proposal_ids())
     )
@@ -99,6 +123,7 @@ def proposal_list(request: HttpRequest) -> HttpResponse:
             "query": query.urlencode(),
             "State": State,
             "fragments": fragments,
+            "site_header": header,
             "filters_fragment": filters,
             "feed_label": label_or_none(request.GET.get("label")),
         },
@@ -163,29 +188,40 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # The page's sections that are the same for every reader (detail.html wraps each in
     # {% fragment %}), and what each needs loaded when it is rendered.
     sections = selectors.proposal_page_prefetches()
-    # What this reader may do, and whether they follow it (below): theirs alone.
+    # What this reader may do, and whether they follow it (below): theirs alone, as are
+    # the parts of the page that show it (their follow box and links, their actions panel,
+    # their review and comment forms), kept as HTML for a signed-in reader; an anonymous
+    # one's page comes from the page cache, its sign-in links naming the page they are on.
     reader = f"reader:{request.user.pk}"
+    reader_html = {
+        f"reader_{part}": f"{reader}:{part}" if request.user.pk is not None else ""
+        for part in ("head", "actions", "review", "comment")
+    }
     reader_deps = [("proposal", pk)]
     if request.user.pk is not None:
         reader_deps.append(("reader-follows", request.user.pk))
+    header = site_header(request)
     # The forms' fields are the same for every reader too (an unbound form; the outcome's
     # filled in from the proposal), and so are the conclusion and the results (markdown
-    # rendered and sanitized); the CSRF token stays outside them.
+    # rendered and sanitized). A reader's own parts carry a mark for their CSRF token
+    # ({% fragment NAME csrf %}), which each response replaces with its own.
     fragments = Fragments(
         {
+            header: [],
             "site-footer": [],
             "review-fields-new": [],
             "comment-field": [],
-            reader: reader_deps,
+            **{name: reader_deps for name in (reader, *reader_html.values()) if name},
             **{
                 name: [("proposal", pk)]
                 for name in (*sections, "timeline", "outcome-fields", "conclusion", "results")
             },
         },
         scope=f"proposal-page:{pk}",
+        shared=roles_kept(request.user),
     )
     try:
-        proposal = selectors.proposal_detail(pk=pk, prefetch=False, related=False)
+        proposal = selectors.proposal_detail(pk=pk, prefetch=False, related=False, page_fields=True)
     except Proposal.DoesNotExist as exc:
         raise Http404("No such proposal.") from exc
     # Changes that reach the row without a signal (the GitHub issue's number is stored with
@@ -193,21 +229,21 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     for name in ("head", "body", "details", "outcome-fields", "conclusion", "results"):
         fragments.refine(name, proposal.updated_at.isoformat(), proposal.github_issue_number)
     fragments.refine("timeline", selectors.plan_last_run_event(plan_id=proposal.plan_id))
-    prefetch_related_objects(
-        [proposal],
-        *(
-            lookup
-            for name, lkps in sections.items()
-            if fragments.get(name) is None
-            for lookup in lkps
-        ),
-    )
+    # The GitHub panel, kept with the details, also shows what the site's settings say.
+    fragments.refine("details", *github_sync_facts(proposal))
+    missing = [name for name in sections if fragments.get(name) is None]
+    if any(name in selectors.PAGE_ROW_SECTIONS for name in missing):
+        selectors.proposal_rest_load(proposal)
+    prefetch_related_objects([proposal], *(lookup for name in missing for lookup in sections[name]))
     user = request.user
     # What this reader may do here, whether they follow it, and their review: asked once per
     # version of the proposal (a review, a hold, a launch all bump it), of the reader's
     # follows and of their roles; the services ask again on every action, so a button is
     # never the only check.
-    fragments.refine(reader, *sorted(role_names(user)), proposal.updated_at.isoformat())
+    roles = sorted(role_names(user, fragments))
+    for name in (reader, *filter(None, reader_html.values())):
+        fragments.refine(name, *roles, proposal.updated_at.isoformat())
+    site_header_refine(fragments, header, request)
 
     def reader_facts() -> dict[str, Any]:
         names = [action.name for action in allowed_actions(proposal, user)]
@@ -224,11 +260,14 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
     facts = fragments.get_or_render(reader, reader_facts)
     allowed = {name: ACTIONS[name] for name in facts["actions"]}
-    own_review = (
-        selectors.proposal_own_review(proposal=proposal, reviewer=user)
-        if facts["review"] is not None
-        else None
-    )
+
+    def review_form() -> ReviewForm:
+        own = (
+            selectors.proposal_own_review(proposal=proposal, reviewer=user)
+            if facts["review"] is not None
+            else None
+        )
+        return ReviewForm(instance=own)
 
     @functools.cache
     def timeline() -> tuple[list[selectors.TimelineEntry], bool]:
@@ -241,7 +280,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         ],
         "can_review": "review" in allowed,
         # The forms are built only if the page shows them (their fields are fragments).
-        "review_form": SimpleLazyObject(lambda: ReviewForm(instance=own_review)),
+        "review_form": SimpleLazyObject(review_form),
         "can_comment": "comment" in allowed,
         "comment_form": SimpleLazyObject(CommentForm),
         "can_edit": "edit" in allowed,
@@ -269,6 +308,8 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         if proposal.plan_id is not None
         else [],
         "fragments": fragments,
+        "site_header": header,
+        **reader_html,
         **_PlanContext(proposal).context(),
     }
     response = render(request, "proposals/detail.html", context)

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 from django import template
+from django.template.defaulttags import CsrfTokenNode
 from django.urls import get_script_prefix, get_urlconf, reverse
 from django.utils.safestring import SafeString
 
@@ -74,30 +75,56 @@ def page_link(context: dict[str, Any], number: int) -> str:
 
 
 class FragmentNode(template.Node):
-    def __init__(self, name: template.base.FilterExpression, nodelist: template.NodeList) -> None:
+    def __init__(
+        self, name: template.base.FilterExpression, nodelist: template.NodeList, csrf: bool
+    ) -> None:
         self.name = name
         self.nodelist = nodelist
+        self.csrf = csrf
 
     def render(self, context: template.Context) -> str:
         fragments = context.get("fragments")
-        if fragments is None:
+        name = self.name.resolve(context) if fragments is not None else None
+        if fragments is None or not name:
             return self.nodelist.render(context)
-        name = str(self.name.resolve(context))
-        return fragments.get_or_render(name, lambda: self.nodelist.render(context))
+        if not self.csrf:
+            return fragments.get_or_render(str(name), lambda: self.nodelist.render(context))
+
+        def render_marked() -> str:
+            with context.push(csrf_token=CSRF_MARK):
+                return self.nodelist.render(context)
+
+        html = fragments.get_or_render(str(name), render_marked)
+        return html.replace(_csrf_input_marked(), CsrfTokenNode().render(context))
+
+
+# The token a kept fragment's forms carry in place of the reader's: the {% csrf_token %} of
+# this one request replaces the whole hidden input at every use, so no reader is ever given
+# another's token (or one of an earlier request).
+CSRF_MARK = "csrf-token-of-the-request"
+
+
+@functools.cache
+def _csrf_input_marked() -> str:
+    return str(CsrfTokenNode().render(template.Context({"csrf_token": CSRF_MARK})))
 
 
 @register.tag
 def fragment(parser: template.base.Parser, token: template.base.Token) -> FragmentNode:
-    """``{% fragment "reviews" %}...{% endfragment %}``: a part of a page that is the same for
-    every reader, from the view's ``fragments`` (``marin_site.fragments.Fragments``) when
-    current, else rendered and kept. Without ``fragments`` in the context, just rendered.
-    Nothing inside may depend on the reader (their name, controls, CSRF token)."""
+    """``{% fragment "reviews" %}...{% endfragment %}``: a part of a page from the view's
+    ``fragments`` (``marin_site.fragments.Fragments``) when current, else rendered and kept.
+    Without ``fragments`` in the context, or with an empty name, just rendered.
+
+    What the fragment shows is what its name and versions say: a fragment for every reader
+    shows nothing of the reader, and one of a reader's own (the page header, their controls)
+    is named after them by the view. ``{% fragment NAME csrf %}`` may hold forms: their CSRF
+    token is kept as a mark, and this request's token is put in its place."""
     bits = token.split_contents()
-    if len(bits) != 2:
-        raise template.TemplateSyntaxError("{% fragment NAME %} takes one argument")
+    if len(bits) not in {2, 3} or (len(bits) == 3 and bits[2] != "csrf"):
+        raise template.TemplateSyntaxError("{% fragment NAME [csrf] %} takes a name")
     nodelist = parser.parse(("endfragment",))
     parser.delete_first_token()
-    return FragmentNode(parser.compile_filter(bits[1]), nodelist)
+    return FragmentNode(parser.compile_filter(bits[1]), nodelist, csrf=len(bits) == 3)
 
 
 @register.simple_tag

@@ -83,3 +83,16 @@ def test_pk_url_builds_what_reverse_would(rf: Any) -> None:
             reverse("proposal-detail", kwargs={"pk": pk})
         )
     assert pk_url("proposals:detail")(7) == "/proposals/7/"
+
+
+def test_a_shared_fragment_is_found_from_any_scope() -> None:
+    """``shared`` names are kept outside the page's scope (a reader's roles, read by every
+    page in the page's own round trip); the scoped ones stay the page's."""
+    page = Fragments({"head": [("proposal", 1)]}, scope="page:1", shared={"user:7:x": []})
+    page.put("head", "<h1>one</h1>")
+    page.put("user:7:x", ["reviewer"])
+    page.save()
+    other = Fragments({"head": [("proposal", 1)]}, scope="page:2", shared={"user:7:x": []})
+    assert other.get("user:7:x") == ["reviewer"]
+    assert other.get("head") is None
+    assert Fragments({"head": [("proposal", 1)]}, scope="page:1").get("head") == "<h1>one</h1>"

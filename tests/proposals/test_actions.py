@@ -146,6 +146,24 @@ def test_slash_commands_answer_as_the_table_says(
             )
 
 
+@pytest.mark.parametrize(("state", "on_hold"), STATES)
+def test_allowed_actions_are_exactly_those_nothing_refuses(
+    people: dict[str, Any], state: str, on_hold: bool
+) -> None:
+    """``allowed_actions`` skips the permission of an action the state rules out: the same
+    answer as asking every action's refusal, for every role, a superuser, with a plan."""
+    readers = [*people.values(), UserFactory.create(username="root", is_superuser=True)]
+    proposal = _proposal(people, state, on_hold)
+    for plan_id in (None, 1):
+        proposal.plan_id = plan_id  # unsaved: the table only reads it
+        for user in readers:
+            assert [action.name for action in allowed_actions(proposal, user)] == [
+                name
+                for name in ACTIONS
+                if action_refusal(proposal=proposal, actor=user, name=name) is None
+            ], (user, plan_id)
+
+
 def test_the_table_knows_each_door_s_actions() -> None:
     assert set(TRANSITIONS) | {"hold", "unhold", "rerun"} <= set(ACTIONS)
 

@@ -100,19 +100,108 @@ def test_own_review_fills_the_form_of_its_writer_only(
     assert b"Add a third seed." in max_page  # the review itself, in the shared section
 
 
-def test_second_request_takes_the_sections_from_the_cache(
-    submitted: Any, reviewer: Any, django_assert_max_num_queries: Any
+@pytest.mark.parametrize("who", ["maintainer", "reviewer", "author", "contributor"])
+def test_second_request_takes_the_sections_and_the_reader_s_parts_from_the_cache(
+    who: str,
+    submitted: Any,
+    contributor: Any,
+    reviewer: Any,
+    maintainer: Any,
+    django_assert_num_queries: Any,
 ) -> None:
-    ReviewFactory.create(proposal=submitted)
-    client = signed_in(reviewer)
+    """Kept: every section, the reader's roles, header, controls and own review's form; so a
+    warm page asks the database for the session, the reader and the proposal's page fields
+    alone, whoever reads it (a reader without a role included: no model permissions)."""
+    ReviewFactory.create(proposal=submitted, reviewer=reviewer, text="Kept **apart**.")
+    user = {
+        "maintainer": maintainer,
+        "reviewer": reviewer,
+        "author": contributor,
+        "contributor": UserFactory.create(username="olga"),
+    }[who]
+    client = signed_in(user)
     url = f"/proposals/{submitted.pk}/"
     cold = client.get(url)
-    with django_assert_max_num_queries(7) as warm:
-        # session, user, roles, proposal, own review, last run event; nothing for the sections
+    with django_assert_num_queries(3) as warm:  # the session, the reader, the proposal
         warm_page = client.get(url).content
     assert CSRF.sub(b"", warm_page) == CSRF.sub(b"", cold.content)  # tokens are masked anew
-    assert not any("proposals_comment" in q["sql"] for q in warm.captured_queries)
-    assert not any("proposals_event" in q["sql"] for q in warm.captured_queries)
+    proposal_sql = next(q["sql"] for q in warm.captured_queries if "proposals_proposal" in q["sql"])
+    assert '"description"' not in proposal_sql  # the page fields, not the whole row
+    if who == "reviewer":
+        assert b"Kept **apart**.</textarea>" in warm_page  # their own review, in their form
+
+
+def test_a_page_rendered_afresh_reads_the_rest_of_the_row_in_one_query(
+    submitted: Any, maintainer: Any
+) -> None:
+    """The row is read with the page fields first; a section rendered afresh has the rest
+    loaded in one query, not one query per field it shows."""
+    with CaptureQueriesContext(connection) as cold:
+        page = signed_in(maintainer).get(f"/proposals/{submitted.pk}/").content.decode()
+    reads = [q["sql"] for q in cold.captured_queries if 'FROM "proposals_proposal"' in q["sql"]]
+    assert len(reads) == 2, reads
+    assert submitted.summary in page and "description-heading" in page
+
+
+def test_kept_forms_carry_this_request_s_csrf_token(submitted: Any, maintainer: Any) -> None:
+    """The reader's kept parts hold forms (sign out, follow, the actions, review, comment):
+    each response puts its own token in all of them, and a form posted from a kept page
+    passes the CSRF check."""
+    from proposals import follows
+    from proposals.templatetags.marin import CSRF_MARK
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(maintainer)
+    url = f"/proposals/{submitted.pk}/"
+    first = client.get(url).content.decode()
+    kept = client.get(url).content.decode()
+    for html in (first, kept):
+        assert CSRF_MARK not in html
+        assert len(CSRF.findall(html.encode())) >= 5
+        assert len(set(CSRF.findall(html.encode()))) == 1  # one token, in every form
+    token = CSRF.findall(kept.encode())[0].decode()
+    response = client.post(f"/proposals/{submitted.pk}/follow/", {"csrfmiddlewaretoken": token})
+    assert response.status_code == 302
+    assert follows.is_following(user=maintainer, proposal_id=submitted.pk)
+    refused = client.post(f"/proposals/{submitted.pk}/unfollow/", {"csrfmiddlewaretoken": "x"})
+    assert refused.status_code == 403  # the check is real
+
+
+def test_the_kept_header_follows_the_reader_s_roles_and_the_page(
+    submitted: Any, contributor: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from django.contrib.auth.models import Group
+
+    client = signed_in(contributor)
+    pages = ("/", f"/proposals/{submitted.pk}/")
+
+    def header(url: str) -> str:
+        html = client.get(url).content.decode()
+        return html[html.index('<header class="site-header">') : html.index("</header>")]
+
+    for _ in range(2):  # rendered, then kept
+        for url in pages:
+            assert "Review queue" not in header(url) and ">carla</a>" in header(url)
+            assert 'aria-current="page">Proposals' in header(url)
+    search = header("/search/")  # another view, its own header
+    assert 'aria-current="page">Search' in search
+    assert 'aria-current="page">Proposals' not in search
+    with django_capture_on_commit_callbacks(execute=True):
+        contributor.groups.add(Group.objects.get_or_create(name="reviewer")[0])
+    for url in pages:
+        assert "Review queue" in header(url)
+
+
+def test_the_kept_details_follow_the_site_s_github_settings(
+    submitted: Any, maintainer: Any, settings: Any
+) -> None:
+    client = signed_in(maintainer)
+    url = f"/proposals/{submitted.pk}/"
+    settings.GITHUB_TOKEN = ""
+    for _ in range(2):
+        assert "GitHub sync is off" in client.get(url).content.decode()
+    settings.GITHUB_TOKEN, settings.GITHUB_REPOSITORY = "t0ken", "marin-community/marin"
+    assert "The GitHub issue is being created." in client.get(url).content.decode()
 
 
 @pytest.mark.parametrize("write", ["edit", "review", "comment", "label", "label-rename"])
