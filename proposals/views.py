@@ -239,10 +239,10 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
     # What this reader may do here, whether they follow it, and their review: asked once per
     # version of the proposal (a review, a hold, a launch all bump it), of the reader's
     # follows and of their roles; the services ask again on every action, so a button is
-    # never the only check.
+    # never the only check. (A superuser may do more than their roles say.)
     roles = sorted(role_names(user, fragments))
     for name in (reader, *filter(None, reader_html.values())):
-        fragments.refine(name, *roles, proposal.updated_at.isoformat())
+        fragments.refine(name, *roles, user.is_superuser, proposal.updated_at.isoformat())
     site_header_refine(fragments, header, request)
 
     def reader_facts() -> dict[str, Any]:

@@ -462,6 +462,9 @@ def test_the_actions_kept_per_reader_follow_the_proposal_and_the_readers_roles(
         maintainer.groups.remove(Group.objects.get(name="maintainer"))
         maintainer.groups.add(Group.objects.get_or_create(name="reviewer")[0])
     assert not {"approve", "unhold", "reject"} & buttons()  # a reviewer now
+    maintainer.is_superuser = True  # may do all a maintainer may, and more
+    maintainer.save()
+    assert {"unhold", "reject", "withdraw"} <= buttons()
 
 
 def test_the_follow_button_kept_per_reader_follows_their_follows(
