@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 
 from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
+from marin_site.roles import role_names
 from proposals import permissions as perms
 from proposals.models import Proposal, State
 from runs import permissions as run_perms
@@ -228,6 +229,50 @@ def action_require(*, proposal: Proposal, actor: Any, name: str) -> bool:
     if refusal is not None:
         raise refusal
     return True
+
+
+# What a reader may do to a proposal they did not write depends on its state, hold and plan
+# and on the reader's standing alone: signed in, active, superuser, role groups (the rules of
+# proposals/permissions.py ask nothing else of them). A list asking it of many rows keeps the
+# answers in the process under exactly that (a deploy restarts the process).
+_NOT_THEIRS: dict[tuple[Any, ...], list[str]] = {}
+_NOT_THEIRS_MAX = 4096
+
+
+def allowed_action_names(
+    user: Any, *, pk: int, state: str, on_hold: bool, plan_id: int | None, author_id: int
+) -> list[str]:
+    """The names of ``allowed_actions`` of the proposal with these fields (the API list keeps
+    the fields of each row, not the row); for a proposal the user did not write, asked once
+    per process for each state, hold, plan and reader standing."""
+
+    def ask() -> list[str]:
+        proposal = Proposal(
+            pk=pk, state=state, on_hold=on_hold, plan_id=plan_id, author_id=author_id
+        )
+        return [action.name for action in allowed_actions(proposal, user)]
+
+    authenticated = bool(getattr(user, "is_authenticated", False))
+    if authenticated and author_id == user.pk:
+        return ask()  # their own: approval also counts the reviews by others
+    standing = (
+        authenticated,
+        bool(getattr(user, "is_active", False)),
+        bool(getattr(user, "is_superuser", False)),
+        role_names(user),
+    )
+    key = (state, on_hold, plan_id is None, *standing)
+    names = _NOT_THEIRS.get(key)
+    if names is None:
+        if len(_NOT_THEIRS) >= _NOT_THEIRS_MAX:
+            _NOT_THEIRS.clear()
+        names = _NOT_THEIRS[key] = ask()
+    return list(names)
+
+
+def allowed_action_names_forget() -> None:
+    """Forget the answers kept per process (tests: every test starts with none)."""
+    _NOT_THEIRS.clear()
 
 
 def allowed_actions(proposal: Proposal, user: Any) -> list[Action]:

@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from marin_site.fragments import Fragments, pk_url
 from proposals import selectors
-from proposals.actions import allowed_actions
+from proposals.actions import allowed_action_names, allowed_actions
 from proposals.markdown import render_markdown
 from proposals.models import Comment, Confidence, Direction, Outcome, Proposal, Review
 from runs.models import Recipe
@@ -190,7 +190,8 @@ def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
     writes them: the fields shared by every reader from the fragment cache while the
     proposal's version is current (the rows of the others are loaded after the versions were
     read, and serialised); the links built from one reversed URL each; the reader's
-    ``allowed_actions`` asked per row from the state, hold, plan and author kept beside them."""
+    ``allowed_actions`` from the state, hold, plan and author kept beside each row
+    (``allowed_action_names``)."""
     fragments = Fragments({f"proposal-api:{pk}": [("proposal", pk)] for pk in pks})
     missing = [pk for pk in pks if fragments.get(f"proposal-api:{pk}") is None]
     if missing:
@@ -200,38 +201,29 @@ def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
     api_url = pk_url("proposal-detail", request)
     html_url = pk_url("proposals:detail", request)
     user = getattr(request, "user", None)
-    # What a reader may do depends on the proposal's state, hold, whether it has a plan and
-    # whether the reader wrote it (proposals/actions.py): asked once per such combination,
-    # and once per proposal the reader wrote.
-    actions: dict[tuple[Any, ...], list[str]] = {}
     rows = []
     for pk in pks:
         entry = fragments.get(f"proposal-api:{pk}")
         if entry is None:  # deleted since the page was counted
             continue
         shared = entry["data"]
-        mine = user is not None and entry["author_id"] == user.pk
-        # An own proposal's approval also depends on its reviews by others: asked per row.
-        situation = (
-            shared["state"],
-            shared["on_hold"],
-            shared["plan_id"] is None,
-            pk if mine else None,
-        )
-        if situation not in actions:
-            state_of = Proposal(
+        # What the reader may do, from the state, hold, plan and author kept beside the row.
+        actions = (
+            allowed_action_names(
+                user,
                 pk=pk,
                 state=shared["state"],
                 on_hold=shared["on_hold"],
                 plan_id=shared["plan_id"],
                 author_id=entry["author_id"],
             )
-            allowed = allowed_actions(state_of, user) if user else []
-            actions[situation] = [a.name for a in allowed]
+            if user is not None
+            else []
+        )
         per_request = {
             "url": api_url(pk),
             "html_url": html_url(pk),
-            "allowed_actions": list(actions[situation]),
+            "allowed_actions": actions,
         }
         rows.append({f: per_request[f] if f in per_request else shared[f] for f in FIELDS})
     fragments.save()

@@ -107,10 +107,12 @@ def _fresh_cache() -> None:
     """Throttles and caches start empty in every test (and what a process remembers of them)."""
     from django.core.cache import cache
 
+    from proposals.actions import allowed_action_names_forget
     from proposals.github.deliveries import nudge_memo_forget
 
     cache.clear()
     nudge_memo_forget()
+    allowed_action_names_forget()
 
 
 @pytest.fixture(autouse=True)

@@ -21,6 +21,7 @@ from proposals.actions import (
     TRANSITIONS,
     AlreadyDone,
     action_refusal,
+    allowed_action_names,
     allowed_actions,
 )
 from proposals.github.commands import Command, command_run
@@ -162,6 +163,40 @@ def test_allowed_actions_are_exactly_those_nothing_refuses(
                 for name in ACTIONS
                 if action_refusal(proposal=proposal, actor=user, name=name) is None
             ], (user, plan_id)
+
+
+@pytest.mark.parametrize(("state", "on_hold"), STATES)
+def test_the_names_kept_per_reader_standing_are_what_the_table_says(
+    people: dict[str, Any], state: str, on_hold: bool, django_capture_on_commit_callbacks: Any
+) -> None:
+    """``allowed_action_names`` keeps the answer for a proposal the reader did not write by
+    the reader's standing: whoever asks first, it says what ``allowed_actions`` says, for
+    every role, a second maintainer, a superuser, the author, and a reader whose roles
+    changed."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    readers = [
+        *people.values(),
+        UserFactory.create(username="mai2", roles=["maintainer"]),
+        UserFactory.create(username="root", is_superuser=True),
+    ]
+    proposal = _proposal(people, state, on_hold)
+
+    def agree(user: Any) -> None:
+        for plan_id in (None, 1):
+            proposal.plan_id = plan_id  # unsaved: the table only reads it
+            fields = {"state": state, "on_hold": on_hold, "plan_id": plan_id}
+            names = allowed_action_names(
+                user, pk=proposal.pk, author_id=proposal.author_id, **fields
+            )
+            assert names == [a.name for a in allowed_actions(proposal, user)], (user, plan_id)
+
+    for user in readers:
+        agree(user)
+    with django_capture_on_commit_callbacks(execute=True):
+        people["contributor"].groups.add(Group.objects.get_or_create(name="maintainer")[0])
+    agree(get_user_model().objects.get(pk=people["contributor"].pk))
 
 
 def test_the_table_knows_each_door_s_actions() -> None:
