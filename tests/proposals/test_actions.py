@@ -186,9 +186,13 @@ def test_the_names_kept_per_reader_standing_are_what_the_table_says(
     def agree(user: Any) -> None:
         for plan_id in (None, 1):
             proposal.plan_id = plan_id  # unsaved: the table only reads it
-            fields = {"state": state, "on_hold": on_hold, "plan_id": plan_id}
             names = allowed_action_names(
-                user, pk=proposal.pk, author_id=proposal.author_id, **fields
+                user,
+                pk=proposal.pk,
+                state=state,
+                on_hold=on_hold,
+                plan_id=plan_id,
+                author_id=proposal.author_id,
             )
             assert names == [a.name for a in allowed_actions(proposal, user)], (user, plan_id)
 
