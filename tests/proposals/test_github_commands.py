@@ -178,6 +178,25 @@ def test_cancel_by_command_stops_the_plan(linked: Proposal, client: Any, maintai
     ) == {"github"}
 
 
+def test_rerun_by_command_is_refused_once_the_plan_is_cancelled(
+    linked: Proposal, client: Any, maintainer: Any
+) -> None:
+    """``/rerun`` asks the same service as the site: a run of a cancelled plan would be queued
+    where nothing dispatches it, so the command is refused, in the service's words."""
+    services.proposal_transition(proposal_id=linked.pk, action="approve", actor=maintainer)
+    linked.refresh_from_db()
+    assert linked.plan_id is not None
+    dispatch.plan_expand(plan_id=linked.plan_id)
+    assert _say(client, linked, "/cancel", "maxine", 30).startswith("@maxine `/cancel`: done")
+    run = Run.objects.filter(plan_id=linked.plan_id).first()
+    assert run is not None
+    before = Run.objects.filter(plan_id=linked.plan_id).count()
+    answer = _say(client, linked, f"/rerun {run.pk}", "maxine", 31)
+    assert answer.startswith("Sorry @maxine, `/rerun` was refused:")
+    assert "its plan was cancelled" in answer
+    assert Run.objects.filter(plan_id=linked.plan_id).count() == before
+
+
 def test_the_author_withdraws_with_a_command_and_nobody_else_can(
     github_on: Any, client: Any, recipe: Any
 ) -> None:
