@@ -116,6 +116,18 @@ def _fresh_cache() -> None:
 
 
 @pytest.fixture(autouse=True)
+def _jobs_report_to_the_test_s_site(settings: Any) -> None:
+    """A job a test starts reports where that test says (its live server), else nowhere: never
+    to the default address (127.0.0.1:8000), where a developer's own site may be running."""
+    settings.RUNS_API_URL = f"{NOWHERE}/api/v1/"
+    settings.RUNS_MLFLOW_TRACKING_URI = f"{NOWHERE}/mlflow"
+
+
+# A port nothing listens on (discard): a job's report is refused at once.
+NOWHERE = "http://127.0.0.1:9"
+
+
+@pytest.fixture(autouse=True)
 def _quiet_before_flush(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Iterator[None]:
     """A transactional test ends with a flush (one TRUNCATE of every table). Anything still
     talking to the database then (a job of the test posting through the live server, a
