@@ -187,9 +187,11 @@ def proposal_detail(
     (loaded on first use instead when ``related`` is False: a page whose sections come
     from the fragment cache never uses them). With ``page_fields``, only ``PAGE_FIELDS``
     (``proposal_rest_load`` loads the others in one query)."""
-    queryset = Proposal.objects.defer("search_vector")
-    if page_fields:
-        queryset = Proposal.objects.only(*PAGE_FIELDS)
+    queryset = (
+        Proposal.objects.only(*PAGE_FIELDS)
+        if page_fields
+        else Proposal.objects.defer("search_vector")
+    )
     if related:
         queryset = queryset.select_related("author", "recipe", "plan")
     if prefetch:

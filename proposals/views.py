@@ -34,9 +34,9 @@ from proposals.actions import ACTIONS, BUTTON_ACTIONS, TRANSITIONS, allowed_acti
 from proposals.feeds import label_or_none
 from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
+from proposals.github.client import sync_facts
 from proposals.markdown import render_markdown
 from proposals.models import Proposal, State
-from proposals.templatetags.github_sync import github_sync_facts
 from runs import selectors as run_selectors
 from runs.alerts import selectors as alert_selectors
 from runs.campaigns.selectors import CAMPAIGN_LIST_VERSION
@@ -71,7 +71,10 @@ def site_header(request: HttpRequest) -> str:
 
 
 def site_header_refine(fragments: Fragments, name: str, request: HttpRequest) -> None:
+    """Key the header by what it shows; the reader's roles from the page's own round trip
+    (``fragments`` read ``roles_kept``)."""
     user = request.user
+    role_names(user, fragments)
     # The site's rule (proposals/permissions.py) alone: asking ``user.has_perm`` would also
     # ask the model backend, two queries for a reader who is not a reviewer.
     queue = rules.has_perm(perms.VIEW_REVIEW_QUEUE, user)
@@ -95,7 +98,6 @@ def proposal_list(request: HttpRequest) -> HttpResponse:
         },
         shared=roles_kept(request.user),
     )
-    role_names(request.user, fragments)  # for the header, from the same round trip
     site_header_refine(fragments, header, request)
     filterset: Any = SimpleLazyObject(
         lambda: ProposalFilter(request.GET or None, queryset=selectors.proposal_ids())
@@ -230,7 +232,7 @@ def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
         fragments.refine(name, proposal.updated_at.isoformat(), proposal.github_issue_number)
     fragments.refine("timeline", selectors.plan_last_run_event(plan_id=proposal.plan_id))
     # The GitHub panel, kept with the details, also shows what the site's settings say.
-    fragments.refine("details", *github_sync_facts(proposal))
+    fragments.refine("details", *sync_facts(proposal.github_issue_number))
     missing = [name for name in sections if fragments.get(name) is None]
     if any(name in selectors.PAGE_ROW_SECTIONS for name in missing):
         selectors.proposal_rest_load(proposal)

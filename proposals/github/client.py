@@ -18,6 +18,12 @@ def sync_enabled() -> bool:
     return bool(settings.GITHUB_TOKEN and settings.GITHUB_REPOSITORY)
 
 
+def sync_facts(issue_number: int | None) -> tuple[bool, str]:
+    """What a proposal's GitHub panel shows besides the proposal's own fields: whether sync
+    is on, and its issue's address (both from the site's settings)."""
+    return sync_enabled(), issue_html_url(issue_number) if issue_number else ""
+
+
 def github_client() -> Github:
     return Github(
         base_url=settings.GITHUB_API_URL,

@@ -13,12 +13,5 @@ register = template.Library()
 
 @register.inclusion_tag("proposals/_github_sync.html")
 def github_sync_panel(proposal: Any) -> dict[str, Any]:
-    enabled, issue_url = github_sync_facts(proposal)
+    enabled, issue_url = client.sync_facts(proposal.github_issue_number)
     return {"proposal": proposal, "github_sync_enabled": enabled, "github_issue_url": issue_url}
-
-
-def github_sync_facts(proposal: Any) -> tuple[bool, str]:
-    """What the panel shows besides the proposal's own fields: whether sync is on, and the
-    issue's address (both from the site's settings)."""
-    number = proposal.github_issue_number
-    return client.sync_enabled(), client.issue_html_url(number) if number else ""
