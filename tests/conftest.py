@@ -1,7 +1,10 @@
-"""Shared fixtures: users in each role, the tiny recipe, API clients."""
+"""Shared fixtures: users in each role, the tiny recipe, API clients; and what keeps a run of
+the suite to itself (its Redis database per worker, jobs that report nowhere by default, no
+job left running after it)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -10,31 +13,54 @@ import pytest
 from rest_framework.test import APIClient
 
 from tests.factories import ProposalFactory, RecipeFactory, UserFactory
+from tests.resources import worker_redis_url
+
+# A port nothing listens on (discard): a job's report is refused at once.
+NOWHERE = "http://127.0.0.1:9"
+
+# Each pytest worker has a Redis database of its own (the broker tests flush theirs), and any
+# process the suite starts (a Celery worker, a job) reports nowhere unless its test says
+# where: never to 127.0.0.1:8000, where a developer's own site may be running. Set here, at
+# import, before any test module reads them.
+os.environ["TEST_REDIS_URL"] = worker_redis_url(
+    os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+)
+os.environ["SITE_URL"] = NOWHERE
+os.environ["RUNS_API_URL"] = f"{NOWHERE}/api/v1/"
+os.environ["RUNS_MLFLOW_TRACKING_URI"] = f"{NOWHERE}/mlflow"
 
 # The parts that behave differently on SQLite (the embedded default) and PostgreSQL: bin/test
 # runs them on SQLite too (`pytest -m sqlite`) after the whole suite on PostgreSQL. A module
 # joins here; a single test elsewhere joins with @pytest.mark.sqlite.
 SQLITE_TOO = (
     "tests/proposals/test_services.py",  # transitions: row locks, transactions, savepoints
-    "tests/runs/test_services.py",
-    "tests/runs/test_load_recipes.py",  # all or nothing across savepoints
-    "tests/proposals/test_seed_demo.py",  # every service of a proposal's life, end to end
-    "tests/runs/test_runs_dispatch.py",  # the queue: locks, concurrency limits, the reconciler
-    "tests/runs/test_runs_end_to_end.py",  # a real worker's threads against the database
-    "tests/runs/test_runs_chaos.py",  # worker SIGKILLed, Redis restarted
-    "tests/runs/test_runs_results.py",
-    "tests/runs/test_metrics_api.py",  # ingest: upserts, NaN, binary arrays on PostgreSQL only
-    "tests/runs/test_series.py",  # chart rollups: SQL on PostgreSQL, Python elsewhere
+    "tests/runs/services/test_recipes_and_plans.py",
+    "tests/runs/management/test_load_recipes.py",  # all or nothing across savepoints
+    "tests/proposals/management/test_seed_demo.py",  # every service of a proposal's life, end to end
+    "tests/runs/services/test_dispatch.py",  # the queue: locks, concurrency limits, the reconciler
+    "tests/system/test_runs_end_to_end.py",  # a real worker's threads against the database
+    "tests/system/test_runs_chaos.py",  # worker SIGKILLed, Redis restarted
+    "tests/runs/results/test_summary.py",
+    "tests/runs/test_runner_api.py",  # ingest: upserts, NaN, binary arrays on PostgreSQL only
+    "tests/runs/series/test_rollup.py",  # chart rollups: SQL on PostgreSQL, Python elsewhere
     "tests/proposals/test_search.py",  # full-text search on PostgreSQL, its fallback elsewhere
-    "tests/proposals/test_archive_export.py",
-    "tests/proposals/test_github_webhooks.py",  # the delivery store: ON CONFLICT, NUL, batches
-    "tests/proposals/test_github_outbox.py",  # the outbox: ordering, locks, retries
-    "tests/proposals/test_github_results.py",  # threads writing results and comments at once
+    "tests/proposals/test_export.py",
+    "tests/proposals/github/test_deliveries.py",  # the delivery store: ON CONFLICT, NUL, batches
+    "tests/proposals/github/test_outbox.py",  # the outbox: ordering, locks, retries
+    "tests/system/test_github_loop.py",  # threads writing results and comments at once
     "tests/marin_site/test_db.py",  # the PostgreSQL statements and their portable fallbacks
-    "tests/marin_site/test_hostile_input.py",  # NUL, surrogates, integers past 64 bits stored
-    "tests/runs/test_steady.py",  # the steady-state median: SQL on PostgreSQL, numpy elsewhere
+    "tests/system/test_hostile_input.py",  # NUL, surrogates, integers past 64 bits stored
+    "tests/runs/metrics/test_steady.py",  # the steady-state median: SQL on PostgreSQL, numpy elsewhere
 )
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """No job outlives the run: the local executor's supervisors (and their jobs) that a test
+    left running under this process's temporary directory are stopped."""
+    factory = getattr(session.config, "_tmp_path_factory", None)
+    if factory is not None:
+        _stop_leftover_jobs(factory.getbasetemp())
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -121,10 +147,6 @@ def _jobs_report_to_the_test_s_site(settings: Any) -> None:
     to the default address (127.0.0.1:8000), where a developer's own site may be running."""
     settings.RUNS_API_URL = f"{NOWHERE}/api/v1/"
     settings.RUNS_MLFLOW_TRACKING_URI = f"{NOWHERE}/mlflow"
-
-
-# A port nothing listens on (discard): a job's report is refused at once.
-NOWHERE = "http://127.0.0.1:9"
 
 
 @pytest.fixture(autouse=True)
