@@ -9,18 +9,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.core.validators import RegexValidator
 from django.db import models
 from django.urls import reverse
 
 from marin_site.events import TimelineEvent
-from runs.executors import EXECUTOR_NAME_MAX, validate_executor_name
-from runs.plans import RecipeSpec
-
-slug_validator = RegexValidator(
-    r"^[a-z0-9][a-z0-9-]{0,62}$",
-    "Use lowercase letters, digits and hyphens (at most 63 characters).",
-)
+from runs.specs.ablation import RecipeSpec
+from runs.validators import EXECUTOR_NAME_MAX, slug_validator, validate_executor_name
 
 
 class Recipe(models.Model):
@@ -64,7 +58,7 @@ class Recipe(models.Model):
         blank=True,
         help_text=(
             "The metrics this recipe reports: a list of {key, unit, direction, display, "
-            "column, summary, warmup_steps, logged_as}; see runs.metric_declarations."
+            "column, summary, warmup_steps, logged_as}; see runs.metrics.declarations."
         ),
     )
     requires_labels = models.JSONField(
@@ -232,6 +226,15 @@ class FailureKind(models.TextChoices):
     PREEMPTED = "preempted"
 
 
+class RunOrigin(models.TextChoices):
+    """Who ran it, which says how far its figures are vouched for: only a run the site
+    launched itself (at the pinned commit) is verified; the others are shown as reported."""
+
+    LAUNCHED = "launched", "launched by the site"
+    CLAIMED = "claimed", "claimed and run elsewhere"  # by hand, or through MLflow's door
+    IMPORTED = "imported", "imported from the project's past"
+
+
 class Run(models.Model):
     """One point of a plan on one executor.
 
@@ -287,7 +290,15 @@ class Run(models.Model):
         blank=True,
         help_text="When an MLflow client deleted the run: hidden from MLflow's searches only.",
     )
-    # An external run: claimed by a person to execute by hand, elsewhere (runs/claims.py).
+    origin = models.CharField(
+        max_length=16, choices=RunOrigin.choices, default=RunOrigin.LAUNCHED, db_index=True
+    )
+    imported_from = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="An imported run's source, as a canonical id (e.g. wandb:entity/project/id).",
+    )
+    # An external run: claimed by a person to execute by hand, elsewhere (runs/services/claims.py).
     claimed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
@@ -351,7 +362,7 @@ class MetricPoint(models.Model):
 
 class MetricSummary(models.Model):
     """Per-key last, min and max, kept as points arrive so tables never scan points; for
-    throughput keys also the steady-state median (``runs.steady``)."""
+    throughput keys also the steady-state median (``runs.metrics.steady``)."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="summaries")
     key = models.CharField(max_length=200)
@@ -460,7 +471,7 @@ class TrackerImportState(models.TextChoices):
 
 class TrackerImport(models.Model):
     """One ``tracker_metrics.jsonl`` given to a run: checked as it arrived, stored in chunks,
-    imported by a task (``runs.tracker_import``) that reports its progress here."""
+    imported by a task (``runs.trackers.jsonl``) that reports its progress here."""
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="tracker_imports")
     actor = models.ForeignKey(

@@ -30,8 +30,9 @@ from rest_framework.authtoken.models import Token
 
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.events import Verb
 from marin_site.roles import is_maintainer
-from runs import tokens, tracker_reports
+from runs import tokens
 from runs.alerts.services import alerts_not_finite
 from runs.executors.external import PREFIX as EXTERNAL_PREFIX
 from runs.metrics import ingest
@@ -47,8 +48,9 @@ from runs.mlflow.errors import (
     MlflowError,
     invalid,
 )
-from runs.models import Plan, PlanLaunch, Run, RunEvent, RunState
+from runs.models import Plan, PlanLaunch, Run, RunEvent, RunOrigin, RunState
 from runs.services import runs as run_writes
+from runs.trackers import reports as tracker_reports
 
 DOOR = Door.MLFLOW
 RUN_TOKEN = re.compile(r"^r(\d{1,19})\.[0-9a-f]{64}$")
@@ -221,6 +223,7 @@ def _claim(*, user: User, plan_id: int, wanted: str) -> Run:
             message="claimed through MLflow: executed elsewhere",
             changes={
                 "executor": "external",
+                "origin": RunOrigin.CLAIMED,
                 "external_id": f"{EXTERNAL_PREFIX}run-{run.pk}-attempt-{run.attempt}",
                 "token_hash": tokens.token_hash(tokens.run_token(run=run)),
                 "dispatched_at": timezone.now(),
@@ -296,7 +299,7 @@ def run_delete(*, caller: Caller, run_id: int) -> None:
         Run.objects.filter(pk=run.pk).update(tracker_deleted_at=timezone.now())
         run_writes.run_event_record(
             run=run,
-            verb="mlflow_deleted",
+            verb=Verb.MLFLOW_DELETED,
             door=DOOR,
             actor=caller.user,
             message="hidden from MLflow's searches",
@@ -406,14 +409,16 @@ def _note_not_finite(run: Run, first_steps: dict[str, int], caller: Caller) -> N
     """Non-finite values are not stored (the native API refuses them); the timeline says so
     once per key, so a diverging run's page shows where it went."""
     noted = set(
-        RunEvent.objects.filter(run_id=run.pk, verb="not_finite").values_list("message", flat=True)
+        RunEvent.objects.filter(run_id=run.pk, verb=Verb.NOT_FINITE).values_list(
+            "message", flat=True
+        )
     )
     noted_keys = {message.split(" ", 1)[0] for message in noted}
     for key, step in first_steps.items():
         if key not in noted_keys:
             run_writes.run_event_record(
                 run=run,
-                verb="not_finite",
+                verb=Verb.NOT_FINITE,
                 door=DOOR,
                 actor=caller.user,
                 actor_label=caller.label,

@@ -189,7 +189,7 @@ def test_maintainer_token_claims_a_queued_run_of_the_plan(
         assert active.info.run_id == str(first.pk)
         mlflow.log_metric("train/loss", 1.5, step=2)
     first.refresh_from_db()
-    assert first.executor == "external"
+    assert (first.executor, first.origin) == ("external", "claimed")
     assert first.state == RunState.FINISHED
     assert RunEvent.objects.filter(run=first, door="mlflow", actor=maintainer).exists()
 
