@@ -275,10 +275,10 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
 
     from proposals.models import Proposal
     from proposals.services import proposal_transition
-    from runs.demo_recipes import TINY_MOE
     from runs.models import Recipe, Run, RunEvent, RunState
     from runs.pools import services as pools
     from runs.pools.models import Lease
+    from runs.recipes.demo import TINY_MOE
 
     maintainer = User.objects.create_user("bench-max")
     maintainer.groups.add(Group.objects.get_or_create(name="maintainer")[0])

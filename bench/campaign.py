@@ -121,8 +121,8 @@ def make_runs() -> tuple[int, list[int]]:
 
     from django.db import transaction
 
-    from runs.demo_recipes import TINY_MOE
     from runs.models import PlanLaunch, Recipe, Run, RunState
+    from runs.recipes.demo import TINY_MOE
     from runs.services import dispatch, plans, recipes
 
     recipe = Recipe.objects.filter(name=TINY_MOE["name"], version=TINY_MOE["version"]).first()

@@ -78,8 +78,8 @@ def make_plan(runs: int) -> tuple[int, list[int]]:
 
     from django.db import transaction
 
-    from runs.demo_recipes import TINY_MOE
     from runs.models import PlanLaunch, Recipe, Run, RunState
+    from runs.recipes.demo import TINY_MOE
     from runs.services import dispatch
     from runs.services import plans as plan_services
     from runs.services import recipes as recipe_services

@@ -75,8 +75,8 @@ def main() -> int:
     from marin_site.celery import app
     from proposals.models import Proposal, State
     from proposals.services import proposal_create, proposal_transition
-    from runs.demo_recipes import TINY_MOE
     from runs.models import Recipe, Run, RunState
+    from runs.recipes.demo import TINY_MOE
     from runs.services.recipes import recipe_create
 
     app.conf.task_always_eager = True

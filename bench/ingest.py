@@ -160,8 +160,8 @@ def make_running_runs(count: int) -> list[tuple[int, str]]:
     from django.db import transaction
 
     from runs import tokens
-    from runs.demo_recipes import TINY_MOE
     from runs.models import PlanLaunch, Recipe, Run, RunState
+    from runs.recipes.demo import TINY_MOE
     from runs.services import dispatch
     from runs.services import plans as plan_services
     from runs.services import recipes as recipe_services
@@ -607,7 +607,7 @@ def results_section_replace(title: str, lines: list[str]) -> None:
 INGEST_NOTES = [
     "The write path (runs/metrics/): the raw body parsed with orjson and checked in one loop",
     "into four columns, put in (key, step) order and folded into per-key summaries in Python,",
-    "then sent as binary arrays (runs/pg_arrays.py, bound on the server) in one SQL statement",
+    "then sent as binary arrays (runs/metrics/pg_arrays.py, bound on the server) in one SQL statement",
     "that inserts the points and upserts the summaries (a plain INSERT; a batch meeting stored",
     "points fails whole on the primary key and goes again as INSERT ... ON CONFLICT, where an",
     "unchanged point is not rewritten); points keyed by (run, key, step) with no surrogate id,",

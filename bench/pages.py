@@ -423,8 +423,8 @@ def seed(  # noqa: PLR0915 (one straight-line recipe)
 
     from marin_site.doors import Door
     from proposals.models import Event, Label, Outcome, Proposal, Review, State
-    from runs.demo_recipes import DEMO_RECIPES
     from runs.models import Recipe
+    from runs.recipes.demo import DEMO_RECIPES
     from runs.services.recipes import recipe_create
 
     have = Proposal.objects.count()

@@ -142,8 +142,8 @@ def seed(count: int) -> None:  # noqa: PLR0915 (one linear recipe)
     from django.utils import timezone
 
     from proposals.models import Label, Proposal
-    from runs.demo_recipes import DEMO_RECIPES
     from runs.models import MetricSummary, Plan, PlanEntry, Recipe, Run
+    from runs.recipes.demo import DEMO_RECIPES
 
     rng = random.Random(20261203)
     now = timezone.now()

@@ -7,13 +7,13 @@ ladder they make.
     .venv/bin/python bench/trainer.py --cpu 0 --seed 1      # pinned to core 0, seed 1
 
 Each round writes the recipe's default config merged with the scale (and ``--seed``) to a
-fresh directory and runs ``python -m runs.tiny_moe --config config.json`` there with no API
+fresh directory and runs ``python -m trainers.tiny_moe --config config.json`` there with no API
 to report to (the trainer then only writes ``tracker_metrics.jsonl``), timing the whole
 process, start-up and reading the standard library included: wall-clock and the child's CPU
 time (user + system), which is what one core spends whatever else the machine is doing.
 Prints every round, the median per scale, the scale's FLOPs as the recipe's compute model
 prices them, and at the end the ladder's fit of final eval/loss against those FLOPs
-(``runs.ladder.ladder_fit``: exponent, its standard error and R²). Targets: loss falling
+(``runs.results.ladder.ladder_fit``: exponent, its standard error and R²). Targets: loss falling
 with compute, R² >= 0.95, the largest scale under two minutes of one core.
 """
 
@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "marin_site.settings")
 import django  # noqa: E402  (after the path is set)
 
-django.setup()  # runs.ladder reads the site's models; nothing here touches the database
+django.setup()  # runs.results.ladder reads the site's models; nothing here touches the database
 
-from runs.compute import run_cost  # noqa: E402
-from runs.demo_recipes import TINY_MOE  # noqa: E402
-from runs.ladder import ladder_fit  # noqa: E402
+from runs.recipes.demo import TINY_MOE  # noqa: E402
+from runs.results.ladder import ladder_fit  # noqa: E402
+from runs.specs.compute import run_cost  # noqa: E402
 
 
 def _child_cpu() -> float:
@@ -68,7 +68,7 @@ def main() -> int:
         for round_number in range(1, args.rounds + 1):
             with tempfile.TemporaryDirectory(prefix="bench-trainer-") as workdir:
                 Path(workdir, "config.json").write_text(json.dumps(config))
-                command = [sys.executable, "-m", "runs.tiny_moe", "--config", "config.json"]
+                command = [sys.executable, "-m", "trainers.tiny_moe", "--config", "config.json"]
                 if args.cpu is not None:
                     command = ["taskset", "-c", str(args.cpu), *command]
                 cpu_before, started = _child_cpu(), time.perf_counter()

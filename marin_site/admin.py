@@ -27,6 +27,8 @@ from django.core.exceptions import ValidationError
 from django.db.models import Model, QuerySet
 from django.http import HttpRequest
 
+from marin_site.events import Verb
+
 
 class SiteAdminLoginForm(AdminAuthenticationForm):
     def confirm_login_allowed(self, user: Any) -> None:
@@ -58,7 +60,7 @@ class RecordedAdmin(admin.ModelAdmin):
     """A ModelAdmin whose saves and deletes are recorded on a timeline."""
 
     def admin_event_record(
-        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+        self, *, request: HttpRequest, obj: Any, verb: Verb, message: str
     ) -> None:
         raise NotImplementedError
 
@@ -71,20 +73,20 @@ class RecordedAdmin(admin.ModelAdmin):
         self.admin_event_record(
             request=request,
             obj=obj,
-            verb="edited in the admin" if change else "created in the admin",
+            verb=Verb.ADMIN_EDITED if change else Verb.ADMIN_CREATED,
             message="Changed " + ", ".join(changed) if change else "",
         )
 
     def delete_model(self, request: HttpRequest, obj: Any) -> None:
         self.admin_event_record(
-            request=request, obj=obj, verb="deleted in the admin", message=str(obj)[:200]
+            request=request, obj=obj, verb=Verb.ADMIN_DELETED, message=str(obj)[:200]
         )
         super().delete_model(request, obj)
 
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> None:
         for obj in queryset:
             self.admin_event_record(
-                request=request, obj=obj, verb="deleted in the admin", message=str(obj)[:200]
+                request=request, obj=obj, verb=Verb.ADMIN_DELETED, message=str(obj)[:200]
             )
         super().delete_queryset(request, queryset)
 

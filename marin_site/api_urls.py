@@ -4,7 +4,10 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from proposals.api import CommentViewSet, ProposalSearchView, ProposalViewSet, ReviewViewSet
-from runs.agent_api import (
+from runs.alerts.api import AlertRuleViewSet, AlertViewSet
+from runs.api import PlanPreviewView, RecipeViewSet, RunViewSet
+from runs.campaigns.api import CampaignViewSet
+from runs.pools.api import (
     AgentLeaseRenewView,
     AgentLeaseReportView,
     AgentPollView,
@@ -12,23 +15,16 @@ from runs.agent_api import (
     AgentRevokeView,
     PoolViewSet,
 )
-from runs.alerts.api import AlertRuleViewSet, AlertViewSet
-from runs.api import (
-    PlanPreviewView,
-    PlanSeriesView,
-    RecipeViewSet,
+from runs.runner_api import (
     RunArtifactView,
     RunConfigView,
     RunHeartbeatView,
     RunMetricsView,
     RunReportView,
-    RunsSeriesView,
     RunStatusView,
-    RunTrackerImportsView,
-    RunTrackerImportView,
-    RunViewSet,
 )
-from runs.campaigns.api import CampaignViewSet
+from runs.series.api import PlanSeriesView, RunsSeriesView
+from runs.trackers.api import RunTrackerImportsView, RunTrackerImportView
 
 router = DefaultRouter()
 router.register("proposals", ProposalViewSet, basename="proposal")
@@ -60,7 +56,7 @@ urlpatterns = [
         RunTrackerImportsView.as_view(),
         name="run-tracker-imports",
     ),
-    # The agents' door (runs/agent_api.py): the agent's own credential, no session.
+    # The agents' door (runs/pools/api.py): the agent's own credential, no session.
     path("agent/register/", AgentRegisterView.as_view(), name="agent-register"),
     path("agent/poll/", AgentPollView.as_view(), name="agent-poll"),
     path("agent/leases/<int:lease_id>/renew/", AgentLeaseRenewView.as_view(), name="agent-renew"),

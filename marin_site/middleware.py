@@ -14,7 +14,7 @@ PATH_BODY_CAPS: dict[str, int] = {
     "/github/webhook/": 25 * 1024 * 1024,
     "/mlflow/": 64 * 1024 * 1024,
 }
-# Streamed uploads of a run's tracker_metrics.jsonl (runs/tracker_import.py reads them in
+# Streamed uploads of a run's tracker_metrics.jsonl (runs/trackers/jsonl.py reads them in
 # blocks and stops at the same cap when no Content-Length announced the size).
 STREAMED_UPLOAD_PATHS = re.compile(r"^/(?:api/v1/)?runs/\d+/(?:tracker-metrics|import)/$")
 

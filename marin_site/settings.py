@@ -119,6 +119,9 @@ elif DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
     # The site's queries are short; PostgreSQL's JIT compiles the ones it costs high (the
     # search's subqueries) for longer than they take to run.
     DATABASES["default"].setdefault("OPTIONS", {}).setdefault("options", "-c jit=off")
+    # The test database's name (bin/test gives each run its own, so suites never meet).
+    if test_name := os.environ.get("TEST_DATABASE_NAME"):
+        DATABASES["default"]["TEST"] = {"NAME": test_name}
     # A pool of this many connections per process (psycopg_pool), for a server whose threads
     # each take a connection for one request and give it back (the agents' door, README):
     # no connection is opened per request, and no more than this are ever open.
@@ -290,7 +293,7 @@ RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = int(
 RUNS_REGISTRATION_TOKEN_DAYS = int(os.environ.get("RUNS_REGISTRATION_TOKEN_DAYS", "7"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")  # unset: runs for `ray` wait in the queue
 RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
-# tracker_metrics.jsonl uploads (runs/tracker_import.py): streamed, never held in memory.
+# tracker_metrics.jsonl uploads (runs/trackers/jsonl.py): streamed, never held in memory.
 RUNS_TRACKER_IMPORT_MAX_BYTES = int(
     os.environ.get("RUNS_TRACKER_IMPORT_MAX_BYTES", str(1024 * 1024 * 1024))
 )

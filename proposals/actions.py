@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 
 from marin_site.errors import ActionForbidden, DomainError, TransitionNotAllowed
+from marin_site.events import Verb
 from marin_site.roles import role_names
 from proposals import permissions as perms
 from proposals.models import Proposal, State
@@ -35,7 +36,7 @@ class Transition:
     sources: frozenset[str]
     target: str
     permission: str
-    verb: str
+    verb: Verb
     needs_reason: bool = False
 
 
@@ -47,25 +48,25 @@ TRANSITIONS: dict[str, Transition] = {
             frozenset({State.DRAFT, State.CHANGES_REQUESTED}),
             State.SUBMITTED,
             perms.SUBMIT,
-            "submitted",
+            Verb.SUBMITTED,
         ),
         Transition(
             "request_changes",
             frozenset({State.SUBMITTED}),
             State.CHANGES_REQUESTED,
             perms.REQUEST_CHANGES,
-            "changes requested",
+            Verb.CHANGES_REQUESTED,
             needs_reason=True,
         ),
         Transition(
-            "approve", frozenset({State.SUBMITTED}), State.APPROVED, perms.APPROVE, "approved"
+            "approve", frozenset({State.SUBMITTED}), State.APPROVED, perms.APPROVE, Verb.APPROVED
         ),
         Transition(
             "reject",
             frozenset({State.SUBMITTED}),
             State.REJECTED,
             perms.REJECT,
-            "rejected",
+            Verb.REJECTED,
             needs_reason=True,
         ),
         Transition(
@@ -73,9 +74,11 @@ TRANSITIONS: dict[str, Transition] = {
             frozenset({State.DRAFT, State.SUBMITTED, State.CHANGES_REQUESTED, State.APPROVED}),
             State.WITHDRAWN,
             perms.WITHDRAW,
-            "withdrew",
+            Verb.WITHDRAWN,
         ),
-        Transition("cancel", frozenset({State.APPROVED}), State.CANCELED, perms.CANCEL, "canceled"),
+        Transition(
+            "cancel", frozenset({State.APPROVED}), State.CANCELED, perms.CANCEL, Verb.CANCELED
+        ),
     )
 }
 

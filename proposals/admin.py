@@ -6,6 +6,7 @@ from django.http import HttpRequest
 
 from marin_site.admin import RecordedAdmin, TimelineAdmin
 from marin_site.doors import Door
+from marin_site.events import Verb
 from proposals import permissions as perms
 from proposals.github.outbox.enqueue import outbox_retry
 from proposals.models import (
@@ -32,20 +33,20 @@ class ProposalRecordedAdmin(RecordedAdmin):
     proposal's timeline (a deleted proposal takes its timeline with it)."""
 
     def admin_event_record(
-        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+        self, *, request: HttpRequest, obj: Any, verb: Verb, message: str
     ) -> None:
         if isinstance(obj, Proposal):
-            if verb.startswith("deleted"):
+            if verb == Verb.ADMIN_DELETED:
                 return
             proposal, noun = obj, ""
-        else:
-            proposal, noun = obj.proposal, f"{obj._meta.verbose_name} "
+        else:  # a review, comment or amendment: the message names it
+            proposal, noun = obj.proposal, str(obj._meta.verbose_name).capitalize()
         event_record(
             proposal=proposal,
             actor=request.user,
-            verb=f"{noun}{verb}"[:40],
+            verb=verb,
             door=Door.ADMIN,
-            message=message,
+            message=f"{noun}: {message}" if noun and message else noun or message,
         )
 
 

@@ -26,6 +26,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from marin_site.nudges import nudge
 from proposals.models import Follow, Notice, NoticeDelivery, Proposal
 from runs.campaigns.models import Campaign
 
@@ -176,18 +177,8 @@ def notice_add(
         },
     )
     if created:
-        notice_id = notice.pk
-        transaction.on_commit(lambda: _send_later(notice_id), robust=True)
+        nudge("proposals.notice_send", notice_id=notice.pk)  # lost: notices_reconcile sends it
     return notice
-
-
-def _send_later(notice_id: int) -> None:
-    from proposals.tasks import notice_send_task
-
-    try:
-        notice_send_task.apply_async(kwargs={"notice_id": notice_id}, retry=False)
-    except Exception:  # the broker is down: notices_reconcile sends it
-        logger.warning("could not enqueue mailing notice %s; the reconciler will", notice_id)
 
 
 def _mail(notice: Notice, user: User) -> EmailMessage:

@@ -9,7 +9,7 @@ from django import forms
 
 from proposals.models import Confidence, Outcome, Proposal, Review
 from runs.models import Recipe
-from runs.plans import PlanError, parse_overrides
+from runs.specs.ablation import PlanError, parse_overrides
 
 PROPOSAL_FORM_FIELDS = [
     "title",

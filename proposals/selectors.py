@@ -27,6 +27,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce
 
 from marin_site.doors import Door
+from marin_site.events import verb_label
 from marin_site.fragments import Fragments
 from proposals.models import Comment, Event, Proposal, Review, State
 from runs.models import Run, RunEvent, RunState
@@ -295,6 +296,10 @@ class TimelineEntry:
     @property
     def door_label(self) -> str:
         return Door(self.door).label if self.door in Door.values else self.door
+
+    @property
+    def verb_label(self) -> str:
+        return verb_label(self.verb)
 
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> TimelineEntry:

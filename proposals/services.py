@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.events import Verb, verb_label
 from marin_site.roles import permission_require
 from proposals import permissions as perms
 from proposals.actions import TRANSITIONS, action_require
@@ -38,8 +39,8 @@ from proposals.models import (
     State,
 )
 from runs import selectors as run_selectors
-from runs.plans import Plan as PlanPreview
 from runs.services.plans import plan_build, plan_cancel, plan_freeze, plan_launch
+from runs.specs.ablation import Plan as PlanPreview
 
 Actor = User | AnonymousUser
 
@@ -94,7 +95,7 @@ def event_record(
     *,
     proposal: Proposal,
     actor: Actor | None,
-    verb: str,
+    verb: Verb,
     door: str,
     from_state: str = "",
     to_state: str = "",
@@ -102,16 +103,18 @@ def event_record(
     actor_label: str = "",
 ) -> Event:
     user = _user(actor)
-    return Event.objects.create(
+    event = Event.build(
         proposal=proposal,
         actor=user,
         actor_label=actor_label or (user.get_username() if user else ""),
         verb=verb,
         from_state=from_state,
         to_state=to_state,
-        message=message[:10_000],
+        message=message,
         door=door,
     )
+    event.save(force_insert=True)
+    return event
 
 
 def excerpt(text: str, limit: int = 280) -> str:
@@ -182,7 +185,9 @@ def proposal_create(
     label_rows = _labels(labels)
     proposal.save()
     proposal.labels.set(label_rows)
-    event_record(proposal=proposal, actor=author, verb="created", door=door, to_state=State.DRAFT)
+    event_record(
+        proposal=proposal, actor=author, verb=Verb.CREATED, door=door, to_state=State.DRAFT
+    )
     outbox_proposal_changed(proposal=proposal)  # GitHub sync: after-commit writes
     if submit:
         proposal_transition(proposal_id=proposal.pk, action="submit", actor=author, door=door)
@@ -238,7 +243,7 @@ def proposal_update(
     event_record(
         proposal=proposal,
         actor=actor,
-        verb="amended" if proposal.state == State.APPROVED else "edited",
+        verb=Verb.AMENDED if proposal.state == State.APPROVED else Verb.EDITED,
         door=door,
         message="Changed " + ", ".join(sorted(changes)),
     )
@@ -338,7 +343,7 @@ def proposal_transition(
     notice_add(
         proposal=proposal,
         key=f"state:{proposal.pk}:{event.pk}",
-        subject=f"{transition.verb} ({proposal.get_state_display()})",
+        subject=f"{verb_label(transition.verb)} ({proposal.get_state_display()})",
         body=f"The proposal is now {proposal.get_state_display().lower()} "
         f"({source} -> {transition.target})." + (f"\n\n{reason}" if reason else ""),
     )
@@ -415,7 +420,7 @@ def review_submit(
     event_record(
         proposal=proposal,
         actor=reviewer,
-        verb="reviewed" if created else "updated review",
+        verb=Verb.REVIEWED if created else Verb.REVIEW_UPDATED,
         door=door,
         message=f"score {score}/5, recommends {review.get_recommendation_display().lower()}",
     )
@@ -434,7 +439,7 @@ def comment_create(*, proposal_id: int, author: Actor, body: str, door: str = Do
         raise ValidationError({"body": ["A comment cannot be empty."]})
     comment.save()
     event_record(
-        proposal=proposal, actor=author, verb="commented", door=door, message=excerpt(body)
+        proposal=proposal, actor=author, verb=Verb.COMMENTED, door=door, message=excerpt(body)
     )
     if door != Door.GITHUB:  # GitHub sync: mirror site comments onto the issue
         outbox_site_comment(comment=comment)
@@ -486,7 +491,7 @@ def proposal_record_outcome(
     event_record(
         proposal=proposal,
         actor=actor,
-        verb="recorded outcome",
+        verb=Verb.OUTCOME_RECORDED,
         door=door,
         from_state=previous,
         to_state=outcome,
@@ -523,7 +528,7 @@ def proposal_hold(
     event_record(
         proposal=proposal,
         actor=actor,
-        verb="put on hold" if hold else "released the hold",
+        verb=Verb.HELD if hold else Verb.UNHELD,
         door=door,
         message=reason[:10_000],
     )

@@ -9,6 +9,7 @@ from django.http import HttpRequest
 
 from marin_site.admin import RecordedAdmin, TimelineAdmin
 from marin_site.doors import Door
+from marin_site.events import Verb
 from runs.models import (
     Agent,
     Lease,
@@ -66,9 +67,9 @@ class RecipeAdmin(RecordedAdmin):
         super().save_model(request, obj, form, change)
 
     def admin_event_record(
-        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+        self, *, request: HttpRequest, obj: Any, verb: Verb, message: str
     ) -> None:
-        if not verb.startswith("deleted"):  # a deleted recipe takes its history with it
+        if verb != Verb.ADMIN_DELETED:  # a deleted recipe takes its history with it
             recipe_event_record(
                 recipe=obj, actor=request.user, verb=verb, door=Door.ADMIN, message=message
             )
@@ -113,9 +114,9 @@ class RunAdmin(RecordedAdmin):
     formfield_overrides = {models.URLField: {"assume_scheme": "https"}}
 
     def admin_event_record(
-        self, *, request: HttpRequest, obj: Any, verb: str, message: str
+        self, *, request: HttpRequest, obj: Any, verb: Verb, message: str
     ) -> None:
-        if not verb.startswith("deleted"):  # a deleted run takes its timeline with it
+        if verb != Verb.ADMIN_DELETED:  # a deleted run takes its timeline with it
             run_event_record(
                 run=obj, verb=verb, door=Door.ADMIN, actor=request.user, message=message
             )

@@ -80,7 +80,7 @@ def is_pool_owner(user: Any, pool: Any) -> bool:
 rules.add_perm(CREATE_POOL, is_maintainer)
 rules.add_perm(MANAGE_POOL, is_maintainer | is_pool_owner)
 
-# External runs (runs/claims.py): a maintainer, or whoever answers for the run's plan (the
+# External runs (runs/services/claims.py): a maintainer, or whoever answers for the run's plan (the
 # author of its approved proposal, as ``runs.signals.plan_owners`` tells), claims a queued
 # run to execute by hand.
 CLAIM_RUN = "runs.claim_run"

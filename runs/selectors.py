@@ -9,7 +9,7 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from runs.metric_declarations import MetricDeclaration, declarations_parse
+from runs.metrics.declarations import MetricDeclaration, declarations_parse
 from runs.models import TERMINAL_RUN_STATES, Plan, PlanEntry, Recipe, Run, TrackerImport
 
 

@@ -7,8 +7,8 @@ from typing import Any
 from rest_framework import serializers
 
 from runs.models import MetricSummary, Plan, Recipe, Run, RunArtifact, RunEvent, TrackerImport
-from runs.plans import Plan as PlanPreview
 from runs.services.recipes import RECIPE_FIELDS
+from runs.specs.ablation import Plan as PlanPreview
 
 
 class RecipeSerializer(serializers.ModelSerializer):

@@ -6,13 +6,14 @@ from typing import Any
 
 from celery import shared_task
 
-from runs import results, tracker_uploads
 from runs.alerts.tasks import (  # noqa: F401  (registered with the others)
     alerts_close_ended_task,
     alerts_silence_check_task,
 )
+from runs.results import summary as results
 from runs.series import rollup
 from runs.services import dispatch, reconcile
+from runs.trackers import uploads as tracker_uploads
 
 
 @shared_task(name="runs.plan_expand", time_limit=120, soft_time_limit=100)

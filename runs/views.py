@@ -19,15 +19,19 @@ from django.views.decorators.http import require_POST
 
 from marin_site.doors import Door
 from marin_site.errors import DomainError
-from runs import charts_png, claims, run_table, selectors, tracker_import, tracker_uploads
 from runs import permissions as run_perms
+from runs import selectors
 from runs.alerts import selectors as alert_selectors
 from runs.executors import EXECUTORS, ExecutorError, get_executor
 from runs.models import Plan, PlanLaunch, Recipe, Run
 from runs.pools.models import Pool
+from runs.results import charts_png, run_table
+from runs.services import claims
 from runs.services import recipes as recipe_services
 from runs.services import runs as run_writes
 from runs.signals import plan_pages
+from runs.trackers import jsonl as tracker_import
+from runs.trackers import uploads as tracker_uploads
 
 MANAGE_RECIPES = run_perms.MANAGE_RECIPES
 JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales", "metrics")

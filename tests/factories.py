@@ -9,8 +9,8 @@ import factory
 from django.contrib.auth.models import Group, User
 
 from proposals.models import Comment, Proposal, Review, State
-from runs.demo_recipes import TINY_MOE
 from runs.models import Recipe
+from runs.recipes.demo import TINY_MOE
 
 WALKTHROUGH_SPEC = """axes:
   capacity_factor: [1.0, 1.25]

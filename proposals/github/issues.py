@@ -20,6 +20,7 @@ from django.utils.dateparse import parse_datetime
 
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.events import Verb
 from proposals import services
 from proposals.actions import action_refusal
 from proposals.github.accounts import github_account, github_login
@@ -37,7 +38,7 @@ from proposals.models import (
     WebhookDelivery,
 )
 from runs.models import Recipe
-from runs.plans import PlanError, parse_overrides
+from runs.specs.ablation import PlanError, parse_overrides
 
 URL_FIELDS = ("wandb_url", "data_browser_url", "experiment_json_url")
 LABEL_OK = re.compile(r"^[a-z0-9][a-z0-9:._-]{0,49}$")
@@ -180,7 +181,7 @@ def proposal_from_issue(*, issue: dict[str, Any]) -> Proposal:
         services.event_record(
             proposal=proposal,
             actor=author,
-            verb="linked",
+            verb=Verb.LINKED,
             door=Door.GITHUB,
             message=f"From GitHub issue #{issue['number']}.",
         )
@@ -417,7 +418,7 @@ def issue_event_apply(
             proposal=proposal,
             actor=None,
             actor_label=f"@{github_login(sender)}",
-            verb=f"issue {action}",
+            verb=Verb.ISSUE_CLOSED if action == "closed" else Verb.ISSUE_REOPENED,
             door=Door.GITHUB,
             message="Closing or reopening the issue says nothing about the outcome.",
         )
@@ -430,7 +431,7 @@ def issue_event_apply(
             proposal=proposal,
             actor=None,
             actor_label=f"@{github_login(sender)}",
-            verb=f"issue {action}",
+            verb=Verb.ISSUE_DELETED if action == "deleted" else Verb.ISSUE_TRANSFERRED,
             door=Door.GITHUB,
             message=f"GitHub issue #{number} was {action}; the proposal is no longer linked.",
         )
@@ -457,7 +458,7 @@ def comment_event_apply(
         if existing is None:
             return ignored("comment not mirrored")
         existing.delete()
-        _comment_noted(proposal, payload, "deleted a comment", "")
+        _comment_noted(proposal, payload, Verb.COMMENT_DELETED, "")
         return applied(f"comment {comment_id} removed")
     if existing is not None:
         if (
@@ -468,7 +469,7 @@ def comment_event_apply(
             Comment.objects.filter(pk=existing.pk).update(
                 body=body[:MAX_MARKDOWN], github_updated_at=updated_at
             )
-            _comment_noted(proposal, payload, "edited a comment", services.excerpt(body))
+            _comment_noted(proposal, payload, Verb.COMMENT_EDITED, services.excerpt(body))
             return applied("comment updated (its commands are not run again)")
         return ignored("comment already stored")
     if action not in {"created", "edited"} or not body.strip():
@@ -496,7 +497,7 @@ def comment_event_apply(
     return applied(f"comment stored; {len(answers)} command(s) answered")
 
 
-def _comment_noted(proposal: Proposal, payload: dict[str, Any], verb: str, message: str) -> None:
+def _comment_noted(proposal: Proposal, payload: dict[str, Any], verb: Verb, message: str) -> None:
     """A comment edited or deleted on GitHub, on the proposal's timeline."""
     sender = payload.get("sender") or {}
     services.event_record(

@@ -25,8 +25,8 @@ from typing import Any
 
 from django.db.models import Q
 
-from runs import metric_declarations
 from runs.alerts.models import AlertKind, AlertRule
+from runs.metrics import declarations as metric_declarations
 
 ALL_KEYS = "*"
 

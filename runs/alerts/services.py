@@ -25,10 +25,11 @@ from django.utils import timezone
 
 from marin_site.db import server_binding_cursor
 from marin_site.doors import Door
+from marin_site.events import Verb
 from marin_site.roles import permission_require
-from runs import pg_arrays
 from runs.alerts import detectors, rules
 from runs.alerts.models import Alert, AlertKind, AlertRule, AlertWatch
+from runs.metrics import pg_arrays
 from runs.models import TERMINAL_RUN_STATES, Recipe, Run, RunEvent, RunState
 from runs.permissions import MANAGE_ALERT_RULES
 from runs.signals import alert_changed
@@ -45,7 +46,7 @@ def _announce(alert: Alert, *, plan_id: int, opened: bool) -> None:
     )
 
 
-def _event(run: Run, verb: str, message: str, door: str) -> None:
+def _event(run: Run, verb: Verb, message: str, door: str) -> None:
     RunEvent.objects.create(
         run=run, verb=verb, door=door, actor_label="alerts", message=message[:10_000]
     )
@@ -76,7 +77,7 @@ def alert_open(
             )
     except IntegrityError:  # another writer opened it meanwhile
         return None
-    _event(run, "alert_opened", f"[{kind}] {message}", door)
+    _event(run, Verb.ALERT_OPENED, f"[{kind}] {message}", door)
     _announce(alert, plan_id=rules.run_facts(run_id=run.pk)[0], opened=True)
     return alert
 
@@ -96,7 +97,7 @@ def alert_close(
     alert.closed_step = step
     alert.close_message = message[:2_000]
     alert.save(update_fields=["closed_at", "closed_step", "close_message"])
-    _event(run, "alert_closed", f"[{kind}] {message}", door)
+    _event(run, Verb.ALERT_CLOSED, f"[{kind}] {message}", door)
     _announce(alert, plan_id=rules.run_facts(run_id=run.pk)[0], opened=False)
     return alert
 

@@ -1,6 +1,6 @@
 """The ladder's projection to a campaign's FLOPs, with an uncertainty band.
 
-The ladder is a plan with scales (``runs.ladder``): its baseline's final losses against
+The ladder is a plan with scales (``runs.results.ladder``): its baseline's final losses against
 FLOPs are fitted with the same law the ladder page states (``ladder_fit``: E + A·C^b from
 four scales, A·C^b below) and refused for the same reasons (``fit_problems``): a projection
 read off a poor fit is noise with a number on it. The band is a residual bootstrap: the
@@ -20,9 +20,9 @@ import numpy as np
 import orjson
 from django.core.cache import cache
 
-from runs import ladder as ladders
-from runs import results
 from runs.models import Plan
+from runs.results import ladder as ladders
+from runs.results import summary as results
 
 BOOTSTRAP_SAMPLES = 100
 BAND_PERCENTILES = (5.0, 95.0)

@@ -16,13 +16,14 @@ import orjson
 from django.core.cache import cache
 from django.db.models import QuerySet
 
-from runs import metric_declarations, presentation
 from runs.alerts.models import Alert
 from runs.campaigns import stitching
 from runs.campaigns.models import Campaign, Intervention
 from runs.campaigns.stitching import MIXTURE_PREFIX, Member
-from runs.metric_declarations import MetricDeclaration
+from runs.metrics import declarations as metric_declarations
+from runs.metrics.declarations import MetricDeclaration
 from runs.models import TERMINAL_RUN_STATES, MetricSummary, RunState
+from runs.results import presentation
 from runs.series import charts as series_charts
 
 THROUGHPUT_KEY = "throughput/tokens_per_second"

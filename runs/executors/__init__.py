@@ -6,36 +6,15 @@
 
 from __future__ import annotations
 
-import re
-
-from django.core.exceptions import ValidationError
-
 from runs.executors.base import Executor, ExecutorError, JobSpec, JobState, JobStatus
-
-EXECUTORS = ("local", "ray")
-POOL_PREFIX = "pool:"
-EXECUTOR_NAME_MAX = 40
-POOL_EXECUTOR = re.compile(r"^pool:([a-z0-9][a-z0-9-]{0,31})\Z")
-
-
-def pool_name(executor: str) -> str:
-    """The pool an executor name targets, or "" when it is not ``pool:<name>``."""
-    match = POOL_EXECUTOR.match(executor)
-    return match.group(1) if match else ""
-
-
-def is_pull_executor(executor: str) -> bool:
-    """Whether runs on this executor are pulled by agents rather than pushed by the site."""
-    return executor.startswith(POOL_PREFIX)
-
-
-def validate_executor_name(value: str) -> None:
-    """A model validator: ``local``, ``ray`` or ``pool:<slug>`` (blank is the field's business)."""
-    if value and value not in EXECUTORS and not pool_name(value):
-        raise ValidationError(
-            f"'{value[:60]}' is no executor; use local, ray or pool:<name> "
-            "(a pool's name: lowercase letters, digits and '-', at most 32)."
-        )
+from runs.validators import (
+    EXECUTOR_NAME_MAX,
+    EXECUTORS,
+    POOL_PREFIX,
+    is_pull_executor,
+    pool_name,
+    validate_executor_name,
+)
 
 
 def get_executor(name: str) -> Executor:
@@ -72,6 +51,7 @@ def executor_unavailable(name: str) -> str:
 __all__ = [
     "EXECUTORS",
     "EXECUTOR_NAME_MAX",
+    "POOL_PREFIX",
     "Executor",
     "ExecutorError",
     "JobSpec",

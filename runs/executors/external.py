@@ -1,7 +1,7 @@
 """The ``external`` executor: runs executed elsewhere, never dispatched from here.
 
 Two doors put a run on it: a person claims a queued run to execute by hand
-(``runs/claims.py``), or a tracker claims one through MLflow's ``runs/create`` with a
+(``runs/services/claims.py``), or a tracker claims one through MLflow's ``runs/create`` with a
 maintainer's token (``runs/mlflow/``). The site starts nothing and can stop nothing; the
 run's heartbeat, metrics and final status through its token are all it knows (any write
 counts as a heartbeat). The reconciler crashes a run silent past its heartbeat timeout and

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from runs.agent import oom_counter
+from marin_client.agent import oom_counter
 
 
 def write_json_atomically(path: Path, data: dict[str, object]) -> None:

@@ -32,8 +32,9 @@ from psycopg.types.numeric import Int8
 
 from marin_site.db import server_binding_cursor
 from marin_site.errors import DomainError
-from runs import metric_declarations, pg_arrays
 from runs.alerts.services import alerts_evaluate
+from runs.metrics import declarations as metric_declarations
+from runs.metrics import pg_arrays
 from runs.metrics.parse import MAX_ERRORS, PointBatch
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 from runs.series.rollup import series_refresh_soon
@@ -83,7 +84,7 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
     Every door writes through here: the native API, MLflow's, the Levanter tracker and the
     ``tracker_metrics.jsonl`` import (which alone may write a run that has ended, with
     ``require_running=False``). Values of keys the recipe declares as a fraction or a percent
-    are put in the declared unit first, or the batch is refused (``runs.metric_declarations``).
+    are put in the declared unit first, or the batch is refused (``runs.metrics.declarations``).
     """
     if require_running and run.state != RunState.RUNNING:
         raise NotRunning(f"Run {run.pk} is {run.state}; only a running run takes metrics.")
@@ -116,7 +117,7 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
 POINTS_TABLE = MetricPoint._meta.db_table
 SUMMARY_TABLE = MetricSummary._meta.db_table
 
-# One statement, one round trip. The batch travels as binary arrays (``runs.pg_arrays``),
+# One statement, one round trip. The batch travels as binary arrays (``runs.metrics.pg_arrays``),
 # already in (key, step) order, so two writers of one run take their row locks in the same
 # order, and PostgreSQL neither parses nor sorts it.
 #

@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.urls import reverse
 from django.utils import timezone
 
-from runs.models import slug_validator
+from runs.validators import slug_validator
 
 POOL_NAME_MAX = 32  # "pool:" + name fits an executor name of 40 characters
 

@@ -3,7 +3,6 @@ pool's owner; and the agent program and run client served as single files."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from django import forms
@@ -15,6 +14,7 @@ from django.db.models import Count, Prefetch, Q
 from django.http import FileResponse, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_POST
+from marin_client import standalone_file
 
 from marin_site.errors import DomainError
 from runs import permissions as run_perms
@@ -22,10 +22,10 @@ from runs.models import Run, RunState
 from runs.pools import services
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken
 
-RUNS_DIR = Path(__file__).resolve().parent.parent
+# The files of the client distribution a machine can fetch alone (standard library only).
 SERVED_FILES = {
-    "marin-site-agent.py": RUNS_DIR / "agent.py",
-    "marin_run_client.py": RUNS_DIR / "client.py",
+    "marin-site-agent.py": standalone_file("agent"),
+    "marin_run_client.py": standalone_file("client"),
 }
 
 

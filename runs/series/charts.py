@@ -14,8 +14,8 @@ import psycopg
 from django.db import connection
 from django.urls import reverse
 
-from runs import presentation
 from runs.models import TERMINAL_RUN_STATES, MetricPoint, MetricSeries, MetricSummary, Plan, Run
+from runs.results import presentation
 from runs.series.buckets import CHART_RECORD, COARSE, Buckets, group_starts
 from runs.series.rollup import series_refresh_key
 
@@ -190,7 +190,7 @@ class _Line:
 
     @property
     def label(self) -> str:
-        """The run's label (``runs.presentation.run_label``), as the run table shows it."""
+        """The run's label (``runs.results.presentation.run_label``), as the run table shows it."""
         return presentation.run_label(
             changes=self.diff, scale=self.scale, seed=self.seed, sequence=self.sequence
         )

@@ -10,9 +10,9 @@ from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 
-from runs import steady
+from marin_site.nudges import task_send
+from runs.metrics import steady
 from runs.models import MetricPoint, MetricSeries, MetricSummary
-from runs.nudges import task_send
 from runs.series.buckets import COARSE, Buckets, width_for
 
 logger = logging.getLogger(__name__)
@@ -113,10 +113,10 @@ def series_refresh_soon(*, run_id: int) -> None:
     delay = int(settings.RUNS_SERIES_REFRESH_SECONDS)
     if cache.add(f"runs:series-refresh:{run_id}", 1, timeout=max(1, delay)):
         transaction.on_commit(
-            lambda: task_send("series_refresh_task", countdown=delay, run_id=run_id), robust=True
+            lambda: task_send("runs.series_refresh", countdown=delay, run_id=run_id), robust=True
         )
 
 
 def series_refresh_now(*, run_id: int) -> None:
     """Ask for a refresh of the run's series at once (a run that ended)."""
-    task_send("series_refresh_task", countdown=0, run_id=run_id)
+    task_send("runs.series_refresh", countdown=0, run_id=run_id)

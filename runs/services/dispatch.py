@@ -24,6 +24,8 @@ from django.utils import timezone
 
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.events import Verb
+from marin_site.nudges import nudge
 from runs.executors import (
     ExecutorError,
     JobSpec,
@@ -34,7 +36,6 @@ from runs.executors import (
 )
 from runs.executors.pool import PoolExecutor
 from runs.models import FailureKind, Plan, PlanLaunch, Run, RunEvent, RunState
-from runs.nudges import nudge
 from runs.pools import wakeup
 from runs.services.runs import run_event_record, run_transition
 from runs.tokens import run_token, token_hash
@@ -100,9 +101,9 @@ def plan_expand(*, plan_id: int) -> int:
     Run.objects.bulk_create(runs, ignore_conflicts=True)
     created = list(Run.objects.filter(plan_id=plan_id, sequence=0).only("pk", "state"))
     RunEvent.objects.bulk_create(
-        RunEvent(
+        RunEvent.build(
             run=run,
-            verb="cached" if run.state == RunState.FINISHED else "queued",
+            verb=Verb.CACHED if run.state == RunState.FINISHED else Verb.QUEUED,
             door=Door.WORKER,
             to_state=run.state,
             created_at=now,
@@ -111,9 +112,9 @@ def plan_expand(*, plan_id: int) -> int:
     )
     launch.expanded_at = now
     launch.save(update_fields=["expanded_at"])
-    nudge("dispatch_task")
+    nudge("runs.dispatch")
     if all(run.state == RunState.FINISHED for run in created):
-        nudge("plan_check_finished_task", plan_id=plan_id)
+        nudge("runs.plan_check_finished", plan_id=plan_id)
     return len(created)
 
 
@@ -266,8 +267,8 @@ def _runs_offer(runs: list[Run]) -> list[int]:
         )
         RunEvent.objects.bulk_create(
             (
-                RunEvent(
-                    run_id=pk, verb="offered", door=Door.WORKER, message=f"offered to {executor}"
+                RunEvent.build(
+                    run_id=pk, verb=Verb.OFFERED, door=Door.WORKER, message=f"offered to {executor}"
                 )
                 for pk in ids
             ),
@@ -385,7 +386,7 @@ def _run_offer(run: Run) -> Run | None:
     run.state_reason = f"waiting for an agent of pool '{pool}'"
     run.save(update_fields=["dispatched_at", "state_reason", "updated_at"])
     run_event_record(
-        run=run, verb="offered", door=Door.WORKER, message=f"offered to {run.executor}"
+        run=run, verb=Verb.OFFERED, door=Door.WORKER, message=f"offered to {run.executor}"
     )
     wakeup.work_offered(pool)
     return run

@@ -11,6 +11,8 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from marin_site.events import Verb
+from marin_site.nudges import nudge
 from runs.models import (
     TERMINAL_RUN_STATES,
     Plan,
@@ -21,10 +23,9 @@ from runs.models import (
     RunEvent,
     RunState,
 )
-from runs.nudges import nudge
-from runs.plans import Plan as PlanPreview
-from runs.plans import PlanError, RecipeSpec, build_plan
 from runs.services.recipes import executor_problem, launch_labels_problem
+from runs.specs.ablation import Plan as PlanPreview
+from runs.specs.ablation import PlanError, RecipeSpec, build_plan
 
 
 def plan_build(
@@ -134,7 +135,7 @@ def plan_launch(
             },
         )
         if created:
-            nudge("plan_expand_task", plan_id=plan_id)
+            nudge("runs.plan_expand", plan_id=plan_id)
         return launch
 
 
@@ -178,13 +179,14 @@ def plan_cancel(
                 updated_at=now,
             )
         events = [
-            RunEvent(run_id=pk, actor=user, verb="cancel_requested", door=door) for pk in asked
+            RunEvent.build(run_id=pk, actor=user, verb=Verb.CANCEL_REQUESTED, door=door)
+            for pk in asked
         ]
         events += [
-            RunEvent(
+            RunEvent.build(
                 run_id=pk,
                 actor=user,
-                verb=RunState.KILLED,
+                verb=Verb.KILLED,
                 door=door,
                 from_state=state,
                 to_state=RunState.KILLED,
@@ -194,9 +196,9 @@ def plan_cancel(
         ]
         RunEvent.objects.bulk_create(events, batch_size=500)
         if killed:
-            nudge("plan_check_finished_task", plan_id=plan_id)
+            nudge("runs.plan_check_finished", plan_id=plan_id)
         if len(killed) < len(live):  # some are running: their executors must stop them
-            nudge("plan_stop_task", plan_id=plan_id)
+            nudge("runs.plan_stop", plan_id=plan_id)
         return len(asked)
 
 

@@ -12,14 +12,14 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 from marin_site.doors import Door
-from marin_site.events import MESSAGE_MAX
-from runs.compute import FormulaError, run_cost, validate_compute_model
+from marin_site.events import Verb
 from runs.executors import EXECUTORS, pool_name
-from runs.metric_declarations import declarations_forget, declarations_validate
+from runs.metrics.declarations import declarations_forget, declarations_validate
 from runs.models import Recipe, RecipeEvent
-from runs.plans import slug_ok, version_ok
 from runs.pools.models import Pool
 from runs.pools.services import labels_clean, labels_problem
+from runs.specs.ablation import slug_ok, version_ok
+from runs.specs.compute import FormulaError, run_cost, validate_compute_model
 
 RECIPE_FIELDS = (
     "name",
@@ -123,20 +123,22 @@ def recipe_event_record(
     *,
     recipe: Recipe,
     actor: User | AnonymousUser | None,
-    verb: str,
+    verb: Verb,
     door: str,
     message: str = "",
 ) -> RecipeEvent:
     """A row of the recipe's history: who created or changed it, through which door."""
     user = actor if isinstance(actor, User) and actor.is_authenticated else None
-    return RecipeEvent.objects.create(
+    event = RecipeEvent.build(
         recipe=recipe,
         actor=user,
         actor_label=user.get_username() if user else "",
         verb=verb,
         door=door,
-        message=message[:MESSAGE_MAX],
+        message=message,
     )
+    event.save(force_insert=True)
+    return event
 
 
 @transaction.atomic
@@ -148,7 +150,7 @@ def recipe_create(
     recipe.created_by = actor if isinstance(actor, User) else None
     recipe.full_clean()
     recipe.save()
-    recipe_event_record(recipe=recipe, actor=actor, verb="created", door=door)
+    recipe_event_record(recipe=recipe, actor=actor, verb=Verb.CREATED, door=door)
     return recipe
 
 
@@ -175,7 +177,7 @@ def recipe_update(
         recipe_event_record(
             recipe=recipe,
             actor=actor,
-            verb="edited",
+            verb=Verb.EDITED,
             door=door,
             message="Changed " + ", ".join(changed),
         )

@@ -18,7 +18,7 @@ from marin_site.doors import Door
 from runs.executors import ExecutorError, JobState, JobStatus, get_executor, is_pull_executor
 from runs.models import FailureKind, PlanLaunch, Run, RunState
 from runs.pools.leases import run_reconcile_leased
-from runs.results import plan_check_finished
+from runs.results.summary import plan_check_finished
 from runs.services.dispatch import plan_expand, run_submit, runs_dispatch
 from runs.services.runs import run_transition
 from runs.signals import reconcile_pass

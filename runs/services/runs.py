@@ -17,9 +17,10 @@ from django.utils import timezone
 
 from marin_site.doors import Door
 from marin_site.errors import Conflict, DomainError, TransitionNotAllowed
+from marin_site.events import Verb
+from marin_site.nudges import nudge
 from marin_site.roles import permission_require
 from runs.models import TERMINAL_RUN_STATES, PlanLaunch, Run, RunEvent, RunState
-from runs.nudges import nudge
 from runs.permissions import CANCEL_RUN, RERUN_RUN, RETRY_RUN
 from runs.signals import run_state_changed
 
@@ -38,33 +39,10 @@ RUN_TRANSITIONS: dict[str, frozenset[str]] = {
 }
 
 
-def _run_event(
-    *,
-    run: Run,
-    verb: str,
-    door: str,
-    actor: Actor = None,
-    actor_label: str = "",
-    from_state: str = "",
-    to_state: str = "",
-    message: str = "",
-) -> RunEvent:
-    return RunEvent(
-        run=run,
-        actor=actor if isinstance(actor, User) else None,
-        actor_label=actor_label,
-        verb=verb,
-        door=door,
-        from_state=from_state,
-        to_state=to_state,
-        message=message[:10_000],
-    )
-
-
 def run_event_record(
     *,
     run: Run,
-    verb: str,
+    verb: Verb,
     door: str,
     actor: Actor = None,
     actor_label: str = "",
@@ -72,7 +50,8 @@ def run_event_record(
     to_state: str = "",
     message: str = "",
 ) -> RunEvent:
-    event = _run_event(
+    """A row of the run's timeline, saved (``RunEvent.build`` for rows to bulk-create)."""
+    event = RunEvent.build(
         run=run,
         verb=verb,
         door=door,
@@ -140,9 +119,9 @@ def _transition_apply(
     for field, value in (move.changes or {}).items():
         setattr(run, field, value)
         update_fields.add(field)
-    event = _run_event(
+    event = RunEvent.build(
         run=run,
-        verb=to_state,
+        verb=Verb(to_state),
         door=door,
         actor=actor,
         actor_label=move.actor_label,
@@ -161,9 +140,9 @@ def _transition_after(*, run_id: int, plan_id: int, source: str, to_state: str) 
         )
     )
     if to_state in TERMINAL_RUN_STATES:
-        nudge("plan_check_finished_task", plan_id=plan_id)
+        nudge("runs.plan_check_finished", plan_id=plan_id)
     if source == RunState.RUNNING:
-        nudge("dispatch_task")  # a slot is free: start the next queued run now, not at beat
+        nudge("runs.dispatch")  # a slot is free: start the next queued run now, not at beat
 
 
 @transaction.atomic
@@ -292,7 +271,7 @@ def run_cancel(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
         if run.cancel_requested_at is None:
             run.cancel_requested_at = timezone.now()
             run.save(update_fields=["cancel_requested_at", "updated_at"])
-            run_event_record(run=run, verb="cancel_requested", door=door, actor=actor)
+            run_event_record(run=run, verb=Verb.CANCEL_REQUESTED, door=door, actor=actor)
         if run.state in {RunState.QUEUED, RunState.PREEMPTED}:
             return run_transition(
                 run_id=run_id,
@@ -301,7 +280,7 @@ def run_cancel(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
                 actor=actor,
                 message="canceled before it started",
             )
-        nudge("run_reconcile_task", run_id=run_id)
+        nudge("runs.run_reconcile", run_id=run_id)
         return run
 
 
@@ -347,7 +326,7 @@ def _run_again(
         )
         run_event_record(
             run=run,
-            verb=verb,
+            verb=Verb(verb),
             door=door,
             actor=actor,
             to_state=run.state,
@@ -355,13 +334,13 @@ def _run_again(
         )
         run_event_record(
             run=source,
-            verb=f"{verb}_requested",
+            verb=Verb(f"{verb}_requested"),
             door=door,
             actor=actor,
             message=f"run {run.pk} queued",
         )
         PlanLaunch.objects.filter(plan_id=source.plan_id).update(finished_at=None, summary=None)
-        nudge("dispatch_task")
+        nudge("runs.dispatch")
         return run
 
 
@@ -372,7 +351,7 @@ def run_rerun(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
         run_id=run_id,
         actor=actor,
         door=door,
-        verb="rerun",
+        verb=Verb.RERUN,
         sources=TERMINAL_RUN_STATES,
         permission=RERUN_RUN,
     )
@@ -384,7 +363,7 @@ def run_retry(*, run_id: int, actor: Actor, door: str = Door.WEB) -> Run:
         run_id=run_id,
         actor=actor,
         door=door,
-        verb="retry",
+        verb=Verb.RETRY,
         sources=frozenset({RunState.FAILED, RunState.CRASHED, RunState.KILLED}),
         permission=RETRY_RUN,
     )

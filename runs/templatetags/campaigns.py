@@ -7,8 +7,8 @@ from typing import Any
 
 from django import template
 
-from runs import presentation
 from runs.campaigns import selectors
+from runs.results import presentation
 
 register = template.Library()
 

@@ -8,17 +8,17 @@ from typing import Any
 from django import template
 from django.urls import reverse
 
-from runs import presentation, run_table
-from runs.ladder import (
+from runs.metrics.declarations import MetricDeclaration
+from runs.metrics.steady import is_steady_state_key
+from runs.models import Plan
+from runs.results import presentation, run_table
+from runs.results.ladder import (
     EXPONENT_STANDARD_ERRORS,
     IRREDUCIBLE_LAW,
     MIN_R_SQUARED,
     MIN_SCALES_FOR_IRREDUCIBLE,
     MIN_SCALES_FOR_MULTIPLIER,
 )
-from runs.metric_declarations import MetricDeclaration
-from runs.models import Plan
-from runs.steady import is_steady_state_key
 
 register = template.Library()
 
@@ -73,7 +73,7 @@ def _metric(spec: Any) -> tuple[str, MetricDeclaration | None]:
 @register.filter
 def metric(value: Any, spec: Any) -> str:
     """A final metric as the table shows it, in its declared unit when ``spec`` is a
-    declaration (``runs.presentation.metric_text``)."""
+    declaration (``runs.results.presentation.metric_text``)."""
     return presentation.metric_text(value, *_metric(spec))
 
 
@@ -91,8 +91,8 @@ def better(spec: Any) -> str:
 
 @register.filter
 def spread(group: Any, spec: Any) -> str:
-    """A variant's metric over its seeds (a ``runs.seeds`` group): mean ± sample std
-    (``runs.presentation.spread_text``)."""
+    """A variant's metric over its seeds (a ``runs.results.seeds`` group): mean ± sample std
+    (``runs.results.presentation.spread_text``)."""
     key, declaration = _metric(spec)
     stats = (group.get("stats") or {}).get(key) if isinstance(group, dict) else None
     return presentation.spread_text(stats, key, declaration)
@@ -101,7 +101,7 @@ def spread(group: Any, spec: Any) -> str:
 @register.filter
 def delta(group: Any, spec: Any) -> str:
     """A variant's difference from the baseline, ± its standard error when it is known
-    (``runs.presentation.delta_text``)."""
+    (``runs.results.presentation.delta_text``)."""
     if not isinstance(group, dict):
         return "–"
     return presentation.delta_text(group.get("delta"), group.get("delta_se"), *_metric(spec))
@@ -115,7 +115,7 @@ def steady_key(key: Any) -> bool:
 
 @register.filter
 def sci(value: Any) -> str:
-    """Large counts (FLOPs) as 3.2e+18 (``runs.presentation.flops_text``)."""
+    """Large counts (FLOPs) as 3.2e+18 (``runs.results.presentation.flops_text``)."""
     return presentation.flops_text(value)
 
 
@@ -127,7 +127,7 @@ def times(value: Any) -> str:
 
 @register.filter
 def exponent(fit: Any) -> str:
-    """A ladder fit's exponent ± its standard error (``runs.presentation.exponent_text``)."""
+    """A ladder fit's exponent ± its standard error (``runs.results.presentation.exponent_text``)."""
     return presentation.exponent_text(
         getattr(fit, "exponent", None), getattr(fit, "exponent_se", None)
     )

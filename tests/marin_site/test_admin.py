@@ -14,8 +14,8 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
-from runs.demo_recipes import TINY_MOE
 from runs.models import Recipe
+from runs.recipes.demo import TINY_MOE
 from tests.factories import ProposalFactory, RecipeFactory, ReviewFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -10,6 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from marin_site.events import Verb
 from proposals.models import Comment, Event, Proposal, State
 from proposals.services import event_record
 from tests.admin_support import admin_change, admin_delete
@@ -34,7 +35,7 @@ def test_a_proposal_edited_in_the_admin_is_on_its_timeline(
     assert Proposal.objects.get(pk=proposal.pk).title == "Renamed by an admin"
     event = proposal.events.get()
     assert (event.verb, event.door, event.actor, event.message) == (
-        "edited in the admin",
+        "admin_edited",
         "admin",
         root,
         "Changed title",
@@ -56,9 +57,9 @@ def test_a_comment_edited_and_deleted_in_the_admin_is_on_its_proposal_s_timeline
     assert admin_change(client, comment, body="[removed: spam]").status_code == 302
     assert admin_delete(client, comment).status_code == 302
     assert not Comment.objects.filter(pk=comment.pk).exists()
-    assert [(e.verb, e.door) for e in comment.proposal.events.all()] == [
-        ("comment edited in the admin", "admin"),
-        ("comment deleted in the admin", "admin"),
+    assert [(e.verb, e.door, e.message[:8]) for e in comment.proposal.events.all()] == [
+        ("admin_edited", "admin", "Comment:"),
+        ("admin_deleted", "admin", "Comment:"),
     ]
 
 
@@ -66,7 +67,7 @@ def test_timeline_rows_cannot_be_changed_in_the_admin(
     client: Client, root: User, recipe: Any
 ) -> None:
     proposal = ProposalFactory.create(recipe=recipe)
-    event = event_record(proposal=proposal, actor=root, verb="submitted", door="web")
+    event = event_record(proposal=proposal, actor=root, verb=Verb.SUBMITTED, door="web")
     change = reverse("admin:proposals_event_change", args=[event.pk])
     client.post(change, {"verb": "approved", "door": "web"})
     assert Event.objects.get(pk=event.pk).verb == "submitted"

@@ -72,7 +72,7 @@ def test_list_query_count_is_fixed(
 ) -> None:
     ProposalFactory.create_batch(5, recipe=recipe)
     # count, the page's ids, then the rows the fragment cache lacks (all: it is off) and their
-    # labels; tests/proposals/test_fragments.py counts a warm fragment cache's two
+    # labels; tests/proposals/test_views_fragments.py counts a warm fragment cache's two
     with django_assert_num_queries(4):
         api.get("/api/v1/proposals/")
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from marin_site.doors import Door
+from marin_site.events import Verb
 from proposals import services
 from proposals.github.commands import Command, command_run
 from proposals.github.outbox.render import render_block, render_status
@@ -36,7 +37,7 @@ def launched(recipe: Any, contributor: Any) -> Proposal:
 def test_the_timeline_merges_the_proposal_s_events_and_its_runs_in_time_order(
     launched: Proposal, maintainer: Any
 ) -> None:
-    services.event_record(proposal=launched, actor=maintainer, verb="approved", door=Door.WEB)
+    services.event_record(proposal=launched, actor=maintainer, verb=Verb.APPROVED, door=Door.WEB)
     run = Run.objects.filter(plan=launched.plan).order_by("entry__index").first()
     assert run is not None
     run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door=Door.WORKER)
@@ -59,7 +60,7 @@ def test_the_timeline_merges_the_proposal_s_events_and_its_runs_in_time_order(
 
 
 def test_a_proposal_without_a_plan_has_only_its_own_events(proposal: Proposal) -> None:
-    services.event_record(proposal=proposal, actor=None, verb="linked", door=Door.GITHUB)
+    services.event_record(proposal=proposal, actor=None, verb=Verb.LINKED, door=Door.GITHUB)
     assert [e.verb for e in timeline_entries(proposal_timeline(proposal=proposal))] == ["linked"]
 
 
@@ -67,9 +68,11 @@ def test_the_page_shows_the_latest_entries_and_says_when_older_ones_are_left_out
     proposal: Proposal,
 ) -> None:
     for n in range(5):
-        services.event_record(proposal=proposal, actor=None, verb=f"step {n}", door=Door.API)
+        services.event_record(
+            proposal=proposal, actor=None, verb=Verb.EDITED, door=Door.API, message=f"step {n}"
+        )
     shown, cut = proposal_timeline_recent(proposal=proposal, limit=3)
-    assert ([e.verb for e in shown], cut) == (["step 2", "step 3", "step 4"], True)
+    assert ([e.message for e in shown], cut) == (["step 2", "step 3", "step 4"], True)
     shown, cut = proposal_timeline_recent(proposal=proposal, limit=5)
     assert (len(shown), cut) == (5, False)
 

@@ -418,7 +418,7 @@ def test_review_by_reviewer_then_update(contributor: Any, reviewer: Any, recipe:
     )
     review = Review.objects.get()
     assert (review.score, review.text) == (5, "great")
-    assert [e.verb for e in proposal.events.all()] == ["reviewed", "updated review"]
+    assert [e.verb for e in proposal.events.all()] == ["reviewed", "review_updated"]
 
 
 def test_reviewer_never_reviews_own_proposal(reviewer: Any, recipe: Any) -> None:
@@ -558,7 +558,7 @@ def test_outcome_recorded_by_maintainer(contributor: Any, maintainer: Any, recip
         confidence="exploratory",
     )
     assert result.outcome == "did_not_work"
-    event = result.events.get(verb="recorded outcome")
+    event = result.events.get(verb="outcome_recorded")
     assert (event.from_state, event.to_state) == ("", "did_not_work")
 
 

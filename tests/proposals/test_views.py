@@ -10,6 +10,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 
 from marin_site.doors import Door
+from marin_site.events import Verb
 from proposals import services
 from proposals.models import Comment, Proposal, Review, State
 from proposals.services import event_record
@@ -126,7 +127,7 @@ def test_detail_is_public_and_shows_plan_reviews_timeline(
     event_record(
         proposal=proposal,
         actor=contributor,
-        verb="submitted",
+        verb=Verb.SUBMITTED,
         door="web",
         from_state="draft",
         to_state="submitted",
@@ -145,13 +146,13 @@ def test_detail_query_count_does_not_grow(client: Client, recipe: Any, contribut
     proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED, author=contributor)
     ReviewFactory.create(proposal=proposal)
     CommentFactory.create(proposal=proposal)
-    event_record(proposal=proposal, actor=contributor, verb="edited", door="web")
+    event_record(proposal=proposal, actor=contributor, verb=Verb.EDITED, door="web")
     url = proposal.get_absolute_url()
     few = _queries(client, url)
     ReviewFactory.create_batch(4, proposal=proposal)
     CommentFactory.create_batch(5, proposal=proposal)
     for _ in range(5):
-        event_record(proposal=proposal, actor=UserFactory.create(), verb="edited", door="api")
+        event_record(proposal=proposal, actor=UserFactory.create(), verb=Verb.EDITED, door="api")
     assert _queries(client, url) == few
 
 
@@ -406,7 +407,7 @@ def test_outcome_while_runs_are_queued_needs_an_explicit_reason(
     assert client.post(f"/proposals/{proposal.pk}/outcome/", body).status_code == 302
     proposal = Proposal.objects.get(pk=proposal.pk)
     assert proposal.outcome == "not_evaluated"
-    event = proposal.events.get(verb="recorded outcome")
+    event = proposal.events.get(verb="outcome_recorded")
     assert "Recorded without results (2 of 2 runs not terminal yet): Cluster reclaimed." in (
         event.message
     )
@@ -492,7 +493,7 @@ def test_hold_and_unhold_buttons_on_the_web(
     assert response.status_code == 302
     proposal.refresh_from_db()
     assert proposal.on_hold
-    event = proposal.events.get(verb="put on hold")
+    event = proposal.events.get(verb="held")
     assert (event.door, event.message) == ("web", "Budget review.")
     page = client.get(proposal.get_absolute_url()).content.decode()
     assert "action-unhold" in page and "action-approve" not in page

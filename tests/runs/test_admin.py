@@ -32,7 +32,7 @@ def test_a_recipe_edited_in_the_admin_is_in_its_history_and_on_its_page(
     assert admin_change(client, recipe, title="Tiny MoE (admin)").status_code == 302
     event = recipe.events.get()
     assert (event.verb, event.door, event.actor, event.message) == (
-        "edited in the admin",
+        "admin_edited",
         "admin",
         root,
         "Changed title",
@@ -51,7 +51,7 @@ def test_a_run_edited_in_the_admin_is_on_the_proposal_timeline(
     assert run is not None
     assert admin_change(client, run, max_attempts=5).status_code == 302
     entries = timeline_entries(proposal_timeline(proposal=proposal))
-    edited = [e for e in entries if e.verb == "edited in the admin"]
+    edited = [e for e in entries if e.verb == "admin_edited"]
     assert [(e.kind, e.run, e.door, e.actor, e.message) for e in edited] == [
         ("run", run.pk, "admin", "root", "Changed max_attempts")
     ]

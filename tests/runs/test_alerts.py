@@ -243,6 +243,6 @@ def test_the_run_page_and_the_api_show_its_alerts(client: Any, running: tuple[Ru
     page = client.get(f"/runs/{run.pk}/").content.decode()
     assert 'id="alerts-heading"' in page
     assert "train/loss was not finite (NaN or infinite) at step 7" in page
-    assert "alert_opened" in page  # on its timeline
+    assert "alert opened" in page  # on its timeline
     listed = client.get(f"/api/v1/alerts/?run={run.pk}").json()["results"]
     assert [(a["kind"], a["is_open"], a["opened_step"]) for a in listed] == [("nan", True, 7)]

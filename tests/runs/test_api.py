@@ -11,9 +11,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
-from runs.demo_recipes import MARIN_MOE, TINY_MOE
 from runs.models import Plan, Recipe
-from runs.plans import config_hash
+from runs.recipes.demo import MARIN_MOE, TINY_MOE
+from runs.specs.ablation import config_hash
 from tests.factories import WALKTHROUGH_SPEC, RecipeFactory
 
 pytestmark = pytest.mark.django_db

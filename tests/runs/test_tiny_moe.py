@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 from django.conf import settings
 
-from runs import tiny_moe
-from runs.compute import evaluate
-from runs.demo_recipes import TINY_MOE
-from runs.tiny import data
-from runs.tiny.model import TinyTransformer, flops_per_token, param_count, route
+from runs.recipes.demo import TINY_MOE
+from runs.specs.compute import evaluate
+from trainers.tiny_moe import data
+from trainers.tiny_moe import train as tiny_moe
+from trainers.tiny_moe.model import TinyTransformer, flops_per_token, param_count, route
 
 SMALL: dict[str, Any] = {
     "width": 8,
@@ -36,7 +36,7 @@ SMALL: dict[str, Any] = {
 
 
 class Recorder:
-    """Stands in for runs.client.RunClient: keeps what train() logs."""
+    """Stands in for marin_client.client.RunClient: keeps what train() logs."""
 
     def __init__(self) -> None:
         self.points: list[tuple[int, dict[str, float]]] = []
@@ -292,7 +292,7 @@ def test_smallest_scale_runs_offline_prints_progress_and_learns(tmp_path: Path) 
     small = {**TINY_MOE["default_config"], **TINY_MOE["scales"]["small"]}
     (tmp_path / "config.json").write_text(json.dumps(small))
     done = subprocess.run(
-        [sys.executable, "-m", "runs.tiny_moe", "--config", "config.json"],
+        [sys.executable, "-m", "trainers.tiny_moe", "--config", "config.json"],
         cwd=tmp_path,
         env={"PYTHONPATH": str(settings.BASE_DIR), "PATH": "/usr/bin:/bin"},
         capture_output=True,
@@ -340,7 +340,9 @@ def test_refused_config_exits_with_2(tmp_path: Path, bad: Any) -> None:
 
 def test_the_trainer_imports_numpy_and_the_standard_library_only() -> None:
     """A Ray cluster's Python (RUNS_RAY_PYTHON) needs numpy, not the site's dependencies."""
-    check = "import sys, runs.tiny_moe; print(sorted({'yaml', 'django'} & set(sys.modules)))"
+    check = (
+        "import sys, trainers.tiny_moe.train; print(sorted({'yaml', 'django'} & set(sys.modules)))"
+    )
     result = subprocess.run(  # noqa: S603  (our own interpreter and code)
         [sys.executable, "-c", check],
         cwd=settings.BASE_DIR,

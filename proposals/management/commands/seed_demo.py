@@ -23,13 +23,13 @@ from marin_site.doors import Door
 from marin_site.roles import ROLES
 from proposals import services
 from proposals.models import Proposal
-from runs import results
 from runs.campaigns.demo import demo_campaign_seed
-from runs.demo_recipes import DEMO_RECIPES
 from runs.metrics import ingest
 from runs.metrics.parse import PointBatch
 from runs.models import Plan, Pool, Recipe, Run, RunState
 from runs.pools.services import pool_create
+from runs.recipes.demo import DEMO_RECIPES
+from runs.results import summary as results
 from runs.series import rollup
 from runs.services import dispatch
 from runs.services import runs as run_writes

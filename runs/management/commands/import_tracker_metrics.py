@@ -11,7 +11,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from marin_site.errors import DomainError
-from runs import tracker_import, tracker_uploads
+from runs.trackers import jsonl as tracker_import
+from runs.trackers import uploads as tracker_uploads
 
 
 class Command(BaseCommand):

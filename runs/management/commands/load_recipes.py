@@ -16,7 +16,7 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from runs.recipe_files import (
+from runs.recipes.files import (
     RECIPES_DIR,
     RecipeFileError,
     recipe_file_paths,

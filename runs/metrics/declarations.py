@@ -1,0 +1,255 @@
+"""What a recipe says about its metrics: key, unit, direction, display name, whether it is a
+run-table column and a summary row, its warm-up, and the unit the trainer logs it in.
+
+    [{"key": "throughput/mfu", "unit": "fraction", "direction": "higher",
+      "display": "MFU", "column": true, "summary": true}]
+
+Declarations are checked against ``DECLARATIONS_SCHEMA`` when a recipe is saved. At ingest
+(``metrics_ingest``, every door) a value of a ``fraction`` key above 1 but at most 100 was
+logged in percent and is divided by 100; a ``percent`` key whose recipe says it is
+``logged_as: fraction`` is multiplied by 100; anything outside the unit's range is refused,
+naming the key. So a table never shows "2280 %". ``warmup_steps`` is the steady-state
+warm-up of a throughput key (``runs.metrics.steady``: its median skips those steps; it overrides the
+compute model's ``steady_state_warmup_steps``). How a declared key is written and labelled
+is ``runs.results.presentation``'s. Keys a recipe does not declare are kept as logged and shown
+under "other metrics".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+from django.core.exceptions import ValidationError
+from django.db import connection
+
+from runs.models import Recipe, Run
+from runs.specs.compute import MAX_WARMUP_STEPS
+
+UNITS = (
+    "",
+    "fraction",
+    "percent",
+    "tokens/s",
+    "seconds",
+    "tokens",
+    "count",
+    "flops",
+    "bytes",
+    "nats",
+    "bits/byte",
+)
+DIRECTIONS = ("lower", "higher", "")
+MAX_DECLARATIONS = 200
+UNIT_RANGES = {"fraction": (0.0, 1.0), "percent": (0.0, 100.0)}
+
+DECLARATIONS_SCHEMA: dict[str, Any] = {
+    "type": "array",
+    "maxItems": MAX_DECLARATIONS,
+    "items": {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["key"],
+        "properties": {
+            "key": {
+                "type": "string",
+                "pattern": r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,199}$",
+            },
+            "unit": {"enum": list(UNITS)},
+            "direction": {"enum": list(DIRECTIONS)},
+            "display": {"type": "string", "maxLength": 100},
+            "column": {"type": "boolean"},
+            "summary": {"type": "boolean"},
+            "warmup_steps": {"type": "integer", "minimum": 0, "maximum": MAX_WARMUP_STEPS},
+            "logged_as": {"enum": ["fraction", "percent"]},
+        },
+    },
+}
+
+
+@dataclass(frozen=True, slots=True)
+class MetricDeclaration:
+    key: str
+    unit: str = ""
+    direction: str = ""
+    display: str = ""
+    column: bool = False
+    summary: bool = True
+    warmup_steps: int | None = None  # steady-state keys: runs.metrics.steady skips these steps
+    logged_as: str = ""
+
+
+def declarations_validate(data: Any) -> list[str]:
+    """Problems with a recipe's ``metrics`` field, each naming the entry; [] when fine."""
+    validator = jsonschema.Draft202012Validator(DECLARATIONS_SCHEMA)
+    problems = [
+        f"{'/'.join(str(p) for p in error.absolute_path) or 'metrics'}: {error.message}"
+        for error in validator.iter_errors(data)
+    ]
+    if problems:
+        return problems[:20]
+    keys = [item["key"] for item in data]
+    repeated = sorted({k for k in keys if keys.count(k) > 1})
+    if repeated:
+        return [f"each key is declared once; repeated: {', '.join(repeated)}"]
+    bad_logged = [
+        item["key"]
+        for item in data
+        if item.get("logged_as") and item.get("unit") not in {"fraction", "percent"}
+    ]
+    if bad_logged:
+        return [f"logged_as applies to fraction and percent units only: {', '.join(bad_logged)}"]
+    return []
+
+
+def declarations_parse(data: Any) -> dict[str, MetricDeclaration]:
+    """Declarations by key, in declared order; entries that do not check are left out."""
+    if not isinstance(data, list) or declarations_validate(data):
+        return {}
+    return {item["key"]: MetricDeclaration(**item) for item in data}
+
+
+# --- at ingest ----------------------------------------------------------------------------
+
+_CACHE_SECONDS = 60.0
+_by_run: dict[int, tuple[float, dict[str, MetricDeclaration]]] = {}
+
+
+def declarations_for_run(*, run_id: int) -> dict[str, MetricDeclaration]:
+    """The declarations of a run's recipe, kept a minute in this process: every metrics
+    batch asks, and a recipe's declarations change rarely."""
+    now = time.monotonic()
+    cached = _by_run.get(run_id)
+    if cached is not None and now - cached[0] < _CACHE_SECONDS:
+        return cached[1]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT r.metrics FROM {Recipe._meta.db_table} r JOIN {Run._meta.db_table} u "  # noqa: S608
+            "ON u.recipe_name = r.name AND u.recipe_version = r.version WHERE u.id = %s",
+            [run_id],
+        )
+        row = cursor.fetchone()
+    raw = row[0] if row else None
+    if isinstance(raw, str):  # SQLite hands JSON back as text through a raw cursor
+        raw = json.loads(raw)
+    declarations = declarations_parse(raw or [])
+    if len(_by_run) > 10_000:
+        _by_run.clear()
+    _by_run[run_id] = (now, declarations)
+    return declarations
+
+
+def declarations_forget() -> None:
+    """Drop the cache (a recipe's declarations changed; tests)."""
+    _by_run.clear()
+
+
+def unit_convert(
+    *, declaration: MetricDeclaration, steps: list[int], values: list[float]
+) -> tuple[list[float], str]:
+    """One key's values of a batch in its declared unit, and a problem ("" when none).
+
+    A ``fraction`` key whose batch holds values above 1 and none above 100 was logged in
+    percent: all its values in the batch are divided by 100. A key declared ``logged_as`` the
+    other unit is converted always. A value outside the unit's range either way is refused.
+    """
+    unit = declaration.unit
+    bounds = UNIT_RANGES.get(unit)
+    if bounds is None:
+        return values, ""
+    low, high = min(values), max(values)
+    logged_as = declaration.logged_as or unit
+    if logged_as != unit:
+        factor = 100.0 if unit == "percent" else 0.01
+        source = UNIT_RANGES[logged_as]
+        if low < source[0] or high > source[1]:
+            bad = _first_outside(steps, values, source)
+            return values, (
+                f"{declaration.key} is logged as a {logged_as} ({source[0]:g}-{source[1]:g}); "
+                f"{bad[1]!r} at step {bad[0]} is not"
+            )
+        return [v * factor for v in values], ""
+    if bounds[0] <= low and high <= bounds[1]:
+        return values, ""
+    if unit == "fraction" and low >= 0.0 and high <= 100.0:
+        return [v / 100.0 for v in values], ""
+    bad = _first_outside(steps, values, bounds)
+    other = " nor a percent" if unit == "fraction" else ""
+    return values, (
+        f"{declaration.key} is declared a {unit} ({bounds[0]:g}-{bounds[1]:g}); "
+        f"{bad[1]!r} at step {bad[0]} is neither a {unit}{other}"
+        if other
+        else f"{declaration.key} is declared a percent (0-100); {bad[1]!r} at step {bad[0]} is not"
+    )
+
+
+def _first_outside(
+    steps: list[int], values: list[float], bounds: tuple[float, float]
+) -> tuple[int, float]:
+    for step, value in zip(steps, values, strict=True):
+        if not bounds[0] <= value <= bounds[1]:
+            return step, value
+    return steps[0], values[0]
+
+
+def summary_convert(
+    *, declarations: dict[str, MetricDeclaration], summary: dict[str, float]
+) -> tuple[dict[str, float], list[str]]:
+    """A reported summary in the declared units; values that cannot be are left out and
+    named in the problems."""
+    out: dict[str, float] = {}
+    problems: list[str] = []
+    for key, value in summary.items():
+        declaration = declarations.get(key)
+        if declaration is None or not math.isfinite(value):
+            out[key] = value
+            continue
+        converted, problem = unit_convert(declaration=declaration, steps=[0], values=[value])
+        if problem:
+            problems.append(problem.replace(" at step 0", ""))
+        else:
+            out[key] = converted[0]
+    return out, problems
+
+
+def declarations_check(
+    *, run_id: int, keys: list[str], steps: list[int], values: list[float]
+) -> tuple[list[float], list[str]]:
+    """The batch's values in declared units (a new list only when something changed), and
+    the problems (a batch with any is refused whole by the caller)."""
+    declarations = declarations_for_run(run_id=run_id)
+    converted_keys = [k for k, d in declarations.items() if d.unit in UNIT_RANGES]
+    if not converted_keys:
+        return values, []
+    wanted = set(converted_keys)
+    positions: dict[str, list[int]] = {}
+    for index, key in enumerate(keys):
+        if key in wanted:
+            positions.setdefault(key, []).append(index)
+    if not positions:
+        return values, []
+    out = values
+    problems: list[str] = []
+    for key, indices in positions.items():
+        key_values = [values[i] for i in indices]
+        new_values, problem = unit_convert(
+            declaration=declarations[key], steps=[steps[i] for i in indices], values=key_values
+        )
+        if problem:
+            problems.append(problem)
+        elif new_values is not key_values:
+            if out is values:
+                out = list(values)
+            for i, v in zip(indices, new_values, strict=True):
+                out[i] = v
+    return out, problems
+
+
+def declarations_or_error(data: Any) -> None:
+    problems = declarations_validate(data)
+    if problems:
+        raise ValidationError({"metrics": problems})

@@ -1,0 +1,189 @@
+"""The runner's doors: what a job reports about its own run with the run's token.
+
+``/api/v1/runs/<id>/{metrics,heartbeat,status,report,config,artifacts}/``: the bearer token
+of the run's current attempt (``runs.tokens``), no session, no CSRF. Points go through the
+one ingest path (``runs.metrics.ingest``), as from every other door.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.exceptions import ValidationError as DjangoValidationError
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import extend_schema
+from rest_framework.exceptions import (
+    NotAuthenticated,
+    PermissionDenied,
+    ValidationError,
+)
+from rest_framework.permissions import SAFE_METHODS
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from marin_site.doors import Door
+from runs import selectors, tokens
+from runs.alerts.services import alerts_not_finite, not_finite_steps
+from runs.metrics import ingest
+from runs.metrics import parse as metrics_parse
+from runs.models import Run
+from runs.serializers import (
+    MetricBatchSerializer,
+    RunStatusSerializer,
+)
+from runs.services import claims
+from runs.services import runs as run_writes
+from runs.trackers import artifacts
+from runs.trackers import reports as tracker_reports
+
+
+def runner_run(request: Request, run_id: int) -> Run:
+    """The run the request's bearer token belongs to; refuses a token of another run."""
+    header = request.META.get("HTTP_AUTHORIZATION", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        raise NotAuthenticated("Send the run's token: 'Authorization: Bearer <token>'.")
+    run = selectors.runner_run(run_id=run_id)
+    if run is None:
+        raise PermissionDenied("This token does not belong to this run.")
+    if not tokens.run_token_matches(run=run, token=token.strip()):
+        if attempt := tokens.run_token_superseded(run=run, token=token.strip()):
+            raise tokens.TokenSuperseded(
+                f"This token is of attempt {attempt} of run {run.pk}, which is over (the run "
+                f"is on attempt {run.attempt}); nothing it sends is taken."
+            )
+        raise PermissionDenied("This token does not belong to this run.")
+    refusal = tokens.run_token_refusal(run=run, write=request.method not in SAFE_METHODS)
+    if refusal is not None:
+        raise refusal
+    return run
+
+
+class RunnerView(APIView):
+    """Base of the runner's doors: the run's own bearer token, no session, no CSRF."""
+
+    authentication_classes: list[Any] = []
+    permission_classes: list[Any] = []
+
+    def get_authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="run"'  # so a missing token is a 401, not a 403
+
+
+class RunMetricsView(RunnerView):
+    """``POST {"points": [{key, step, value, time?}]}``: upserted by (run, key, step)."""
+
+    @extend_schema(request=MetricBatchSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = runner_run(request, pk)
+        try:
+            ingest.metrics_rate_check(run_id=run.pk)
+        except ingest.RateLimited as exc:
+            return Response(
+                {"detail": exc.message}, status=429, headers={"Retry-After": str(exc.retry_after)}
+            )
+        # The raw body, not request.data: orjson and one checking loop are several times
+        # faster than DRF's parser for 1000 points (bench/ingest.py).
+        try:
+            batch = metrics_parse.points_parse_body(body=request.body)
+        except DjangoValidationError:
+            # Refused whole (NaN is not JSON and is never stored), but a diverging run is
+            # exactly what alerts are for: its non-finite values open NaN alerts first.
+            if first_steps := not_finite_steps(request.body):
+                alerts_not_finite(run=run, first_steps=first_steps, door=Door.RUNNER)
+            raise
+        stored = ingest.metrics_ingest(run=run, batch=batch)
+        return Response({"stored": stored})
+
+
+class RunHeartbeatView(RunnerView):
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = ingest.run_heartbeat(run_id=runner_run(request, pk).pk)
+        return Response(
+            {"state": run.state, "cancel_requested": run.cancel_requested_at is not None}
+        )
+
+
+class RunStatusView(RunnerView):
+    """The runner's last word: ``finished`` or ``failed`` (with a failure kind)."""
+
+    @extend_schema(request=RunStatusSerializer, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = runner_run(request, pk)
+        serializer = RunStatusSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        failure_kind = data["failure_kind"] if data["state"] == "failed" else ""
+        if data["state"] == "failed" and not failure_kind:
+            failure_kind = "code"
+        run = run_writes.run_transition(
+            run_id=run.pk,
+            to_state=data["state"],
+            failure_kind=failure_kind,
+            message=data["message"],
+            door=Door.RUNNER,
+            actor_label="runner",
+        )
+        return Response({"state": run.state})
+
+
+class RunReportView(RunnerView):
+    """``POST {"config"?: {...}, "summary"?: {...}, "artifacts"?: [{uri, name?, type?}]}``:
+    what a tracker reports besides points (the Levanter tracker's hyperparameters, summary
+    and artifacts). Config and summary merge into what the run has; artifacts are links."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = runner_run(request, pk)
+        data = request.data
+        if not isinstance(data, dict) or not data.keys() <= {"config", "summary", "artifacts"}:
+            raise ValidationError(
+                {"detail": ["send an object with any of 'config', 'summary', 'artifacts'"]}
+            )
+        config = data.get("config")
+        if config is not None and not isinstance(config, dict):
+            raise ValidationError({"config": ["must be an object"]})
+        summary = None
+        left_out: list[str] = []
+        if "summary" in data:
+            summary, left_out = tracker_reports.summary_clean(data["summary"])
+        raw_artifacts = data.get("artifacts") or []
+        if not isinstance(raw_artifacts, list) or len(raw_artifacts) > 100:
+            raise ValidationError({"artifacts": ["a list of at most 100 artifacts"]})
+        reported = [tracker_reports.artifact_clean(item) for item in raw_artifacts]
+        run, problems = tracker_reports.run_tracker_report(
+            run_id=run.pk, config=config, summary=summary, artifacts=reported
+        )
+        return Response(
+            {
+                "final_metrics": run.final_metrics,
+                "artifacts": len(run.tracker_artifacts),
+                "left_out": left_out + problems,
+            }
+        )
+
+
+class RunConfigView(RunnerView):
+    """``POST {"config": {...}}``: the config the run used; a hash other than the plan's
+    resolved config's is flagged on the run."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = runner_run(request, pk)
+        data = request.data if isinstance(request.data, dict) else {}
+        run = claims.run_report_config(run=run, config=data.get("config"))
+        return Response(
+            {"config_hash": run.reported_config_hash, "matches_plan": not run.config_mismatch}
+        )
+
+
+class RunArtifactView(RunnerView):
+    """``POST {"kind": "wandb"|"checkpoint"|"link", "uri", "name"?, "step"?}``: a link the
+    run reports about itself; shown on its page (a W&B link also in the run table)."""
+
+    @extend_schema(request=OpenApiTypes.OBJECT, responses=OpenApiTypes.OBJECT)
+    def post(self, request: Request, pk: int) -> Response:
+        run = runner_run(request, pk)
+        artifact = artifacts.run_artifact_add(run=run, data=request.data)
+        return Response({"id": artifact.pk, "kind": artifact.kind, "uri": artifact.uri}, status=201)

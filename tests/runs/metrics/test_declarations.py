@@ -1,0 +1,210 @@
+"""Recipes declare their metrics: units are kept (converted or refused), labels and columns
+follow the declarations, undeclared keys still show under "other metrics"."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+from rest_framework.test import APIClient
+
+from runs import tokens
+from runs.metrics import declarations as metric_declarations
+from runs.models import MetricPoint, Recipe, Run, RunState
+from runs.recipes.demo import MARIN_MOE, TINY_MOE
+from runs.results import run_table
+from runs.services import runs as run_writes
+from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
+
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
+
+DECLARED = [
+    {
+        "key": "throughput/mfu",
+        "unit": "fraction",
+        "direction": "higher",
+        "display": "MFU",
+        "column": True,
+    },
+    {
+        "key": "train/loss",
+        "unit": "nats",
+        "direction": "lower",
+        "display": "Train loss",
+        "column": True,
+    },
+    {"key": "hw/util", "unit": "percent", "logged_as": "fraction", "display": "Utilisation"},
+]
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    cache.clear()
+    metric_declarations.declarations_forget()
+
+
+@pytest.fixture
+def running(recipe: Recipe) -> tuple[Run, str]:
+    recipe.metrics = DECLARED
+    recipe.save()
+    run = Run.objects.filter(plan=launched_plan(recipe)).order_by("pk").first()
+    assert run is not None
+    run = run_writes.run_transition(
+        run_id=run.pk,
+        to_state=RunState.RUNNING,
+        door="worker",
+        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
+    )
+    return run, tokens.run_token(run=run)
+
+
+def send(run: Run, token: str, points: list[tuple[str, int, float]]) -> Any:
+    body = {"points": [{"key": k, "step": s, "value": v} for k, s, v in points]}
+    return APIClient().post(
+        f"/api/v1/runs/{run.pk}/metrics/",
+        data=json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+
+
+def stored(run: Run, key: str) -> list[float]:
+    return list(
+        MetricPoint.objects.filter(run=run, key=key)
+        .order_by("step")
+        .values_list("value", flat=True)
+    )
+
+
+def test_a_fraction_logged_in_percent_is_converted(running: tuple[Run, str]) -> None:
+    run, token = running
+    assert (
+        send(run, token, [("throughput/mfu", 1, 22.8), ("throughput/mfu", 2, 23.5)]).status_code
+        == 200
+    )
+    assert stored(run, "throughput/mfu") == pytest.approx([0.228, 0.235])
+    assert send(run, token, [("throughput/mfu", 3, 0.24)]).status_code == 200
+    assert stored(run, "throughput/mfu") == pytest.approx([0.228, 0.235, 0.24])
+
+
+def test_a_value_that_is_neither_fraction_nor_percent_is_refused(running: tuple[Run, str]) -> None:
+    run, token = running
+    response = send(run, token, [("train/loss", 1, 2.0), ("throughput/mfu", 1, 2280.0)])
+    assert response.status_code == 400
+    message = json.dumps(response.json())
+    assert "throughput/mfu is declared a fraction" in message
+    assert "2280.0 at step 1" in message
+    assert not MetricPoint.objects.filter(run=run).exists()  # the whole batch
+
+
+def test_a_percent_logged_as_a_fraction_is_multiplied(running: tuple[Run, str]) -> None:
+    run, token = running
+    assert send(run, token, [("hw/util", 1, 0.5)]).status_code == 200
+    assert stored(run, "hw/util") == [50.0]
+    assert send(run, token, [("hw/util", 2, 50.0)]).status_code == 400
+
+
+def test_the_mlflow_door_converts_too(running: tuple[Run, str]) -> None:
+    run, token = running
+    body = {
+        "run_id": str(run.pk),
+        "metrics": [
+            {"key": "throughput/mfu", "value": 41.0, "timestamp": 1_800_000_000_000, "step": 3}
+        ],
+    }
+    response = Client().post(
+        "/mlflow/api/2.0/mlflow/runs/log-batch",
+        data=json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 200, response.content
+    assert stored(run, "throughput/mfu") == pytest.approx([0.41])
+    body["metrics"][0]["value"] = 4100.0  # type: ignore[index]
+    refused = Client().post(
+        "/mlflow/api/2.0/mlflow/runs/log-batch",
+        data=json.dumps(body),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert refused.status_code == 400
+    assert refused.json()["error_code"] == "INVALID_PARAMETER_VALUE"
+
+
+def test_an_imported_summary_is_put_in_declared_units(running: tuple[Run, str]) -> None:
+    run, token = running
+    response = APIClient().post(
+        f"/api/v1/runs/{run.pk}/tracker-metrics/",
+        data=json.dumps(
+            {"jsonl": json.dumps({"summary": {"throughput/mfu": 31.0, "x": 1}}) + "\n"}
+        ),
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Bearer {token}",
+    )
+    assert response.status_code == 200
+    assert response.json()["final_metrics"] == {"throughput/mfu": pytest.approx(0.31), "x": 1.0}
+
+
+def test_the_run_page_shows_declared_units_and_other_metrics(running: tuple[Run, str]) -> None:
+    run, token = running
+    send(
+        run, token, [("throughput/mfu", 1, 22.8), ("train/loss", 1, 2.5), ("custom/thing", 1, 7.0)]
+    )
+    page = Client().get(f"/runs/{run.pk}/").content.decode()
+    assert "MFU" in page
+    assert "22.8%" in page
+    assert "2280" not in page
+    assert "higher is better" in page
+    # The "Other metrics" table (the charts below it draw every key).
+    other = page.split('id="other-metrics"', 1)[1].split("</table>", 1)[0]
+    assert "custom/thing" in other
+    assert "train/loss" not in other
+
+
+def test_the_run_table_takes_the_declared_columns_with_their_units(
+    running: tuple[Run, str],
+) -> None:
+    run, token = running
+    send(run, token, [("throughput/mfu", 1, 0.5)])
+    table = run_table.plan_run_table(plan=run.plan)
+    assert table.metric_keys == ["throughput/mfu", "train/loss"]
+    assert [c.label for c in table.metric_columns] == ["MFU (%)", "Train loss (nats)"]
+    html = Client().get(f"/plans/{run.plan_id}/runs/").content.decode()
+    assert "50.0%" in html
+
+
+def test_without_declarations_the_table_keeps_its_default_columns(recipe: Recipe) -> None:
+    plan = launched_plan(recipe)
+    assert run_table.plan_run_table(plan=plan).metric_keys == list(run_table.TABLE_KEYS)
+
+
+@pytest.mark.parametrize(
+    ("metrics", "fragment"),
+    [
+        ([{"key": "a", "unit": "furlongs"}], "is not one of"),
+        ([{"key": "bad key"}], "does not match"),
+        ([{"key": "a"}, {"key": "a"}], "repeated: a"),
+        ([{"key": "a", "unit": "seconds", "logged_as": "fraction"}], "logged_as applies"),
+        ({"key": "a"}, "is not of type 'array'"),
+    ],
+)
+def test_bad_declarations_are_refused_naming_the_field(
+    api_as: Any, maintainer: Any, metrics: Any, fragment: str
+) -> None:
+    data = {k: v for k, v in TINY_MOE.items() if k != "metrics"}
+    response = api_as(maintainer).post(
+        "/api/v1/recipes/", {**data, "name": "declared", "metrics": metrics}, format="json"
+    )
+    assert response.status_code == 400
+    assert fragment in json.dumps(response.json()["metrics"])
+
+
+def test_the_demo_recipes_declare_their_metrics() -> None:
+    for recipe in (TINY_MOE, MARIN_MOE):
+        assert metric_declarations.declarations_validate(recipe["metrics"]) == []
+        declared = metric_declarations.declarations_parse(recipe["metrics"])
+        assert declared["throughput/mfu"].column
+        assert declared["train/loss"].direction == "lower"
