@@ -142,11 +142,14 @@ def _fresh_cache() -> None:
 
 
 @pytest.fixture(autouse=True)
-def _jobs_report_to_the_test_s_site(settings: Any) -> None:
+def _jobs_report_to_the_test_s_site(settings: Any, tmp_path_factory: Any) -> None:
     """A job a test starts reports where that test says (its live server), else nowhere: never
     to the default address (127.0.0.1:8000), where a developer's own site may be running."""
     settings.RUNS_API_URL = f"{NOWHERE}/api/v1/"
     settings.RUNS_MLFLOW_TRACKING_URI = f"{NOWHERE}/mlflow"
+    # And its local jobs work under the test's temporary directory, where the clean-up
+    # before a flush and at the end of the run finds them (never under var/).
+    settings.RUNS_WORK_DIR = tmp_path_factory.mktemp("runs")
 
 
 @pytest.fixture(autouse=True)
