@@ -26,6 +26,8 @@ from rest_framework.renderers import BaseRenderer
 
 from proposals.models import Proposal
 from proposals.search import ARCHIVE_RUN_STATES
+from runs.metrics import display
+from runs.metrics.declarations import MetricDeclaration
 from runs.models import MetricSummary, Run, RunState
 
 COLUMNS: list[tuple[str, str]] = [
@@ -50,11 +52,12 @@ COLUMNS: list[tuple[str, str]] = [
     ("success_metric", "the metric the hypothesis is judged on"),
     ("success_direction", "lower or higher (is better)"),
     ("success_threshold", "the smallest improvement that counts"),
-    ("best_value", "best last value of success_metric over the proposal's runs"),
+    ("best_value", "best last value of success_metric over the proposal's runs, as logged"),
     ("runs_total", "runs of the plan (reruns included)"),
     ("runs_finished", "runs that finished"),
     ("runs_failed", "runs that failed or crashed"),
     ("github_issue", "number of the linked GitHub issue"),
+    ("best_value_text", "best_value as the pages write it, in the recipe's declared unit"),
 ]
 COLUMN_NAMES = [name for name, _ in COLUMNS]
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -94,7 +97,7 @@ def export_queryset(queryset: QuerySet[Proposal] | None = None) -> QuerySet[Prop
 
 
 class _Chunk:
-    """What the rows of one chunk need from other tables: three queries."""
+    """What the rows of one chunk need from other tables: four queries."""
 
     def __init__(self, rows: list[dict[str, Any]]) -> None:
         self.labels: dict[int, list[str]] = defaultdict(list)
@@ -106,6 +109,7 @@ class _Chunk:
         plan_ids = {r["plan_id"] for r in rows if r["plan_id"] is not None}
         self.runs: dict[int, dict[str, int]] = {}
         self.best: dict[tuple[int, str], tuple[float, float]] = {}
+        self.declared: dict[tuple[str, str], dict[str, MetricDeclaration]] = {}
         if not plan_ids:
             return
         counts = (
@@ -127,12 +131,23 @@ class _Chunk:
             .annotate(lowest=Min("last"), highest=Max("last"))
         )
         self.best = {(plan, key): (lo, hi) for plan, key, lo, hi in summaries}
+        self.declared = display.recipe_declarations(
+            (r["recipe__name"], r["recipe__version"]) for r in rows if r["plan_id"] is not None
+        )
 
     def best_value(self, row: dict[str, Any]) -> float | None:
         found = self.best.get((row["plan_id"], row["success_metric"]))
         if not found:
             return None
         return found[1] if row["success_direction"] == "higher" else found[0]
+
+    def best_value_text(self, row: dict[str, Any], value: float | None) -> str | None:
+        """``value`` as every page writes the success metric (``runs.metrics.display``)."""
+        if value is None or not row["success_metric"]:
+            return None
+        declared = self.declared.get((row["recipe__name"], row["recipe__version"]), {})
+        metric = row["success_metric"]
+        return display.MetricDisplay.of(metric, declared.get(metric)).text(value)
 
 
 def _not_finite(value: Any) -> bool:
@@ -150,7 +165,7 @@ def _path_format(view_name: str) -> str:
 
 
 def export_rows(values: Iterable[dict[str, Any]], *, base_url: str) -> Iterator[dict[str, Any]]:
-    """One dict per row of ``export_queryset``, keys in COLUMN_NAMES order; three queries
+    """One dict per row of ``export_queryset``, keys in COLUMN_NAMES order; four queries
     for each chunk of rows. ``base_url``: scheme and host."""
     page_url = base_url + _path_format("proposals:detail")
     api_url = base_url + _path_format("proposal-detail")
@@ -159,6 +174,7 @@ def export_rows(values: Iterable[dict[str, Any]], *, base_url: str) -> Iterator[
         related = _Chunk(chunk)
         for v in chunk:
             runs = related.runs.get(v["plan_id"], {})
+            best = related.best_value(v)
             yield {
                 "id": v["id"],
                 "url": page_url.format(v["id"]),
@@ -181,11 +197,12 @@ def export_rows(values: Iterable[dict[str, Any]], *, base_url: str) -> Iterator[
                 "success_metric": v["success_metric"] or None,
                 "success_direction": v["success_direction"],
                 "success_threshold": v["success_threshold"],
-                "best_value": related.best_value(v),
+                "best_value": best,
                 "runs_total": runs.get("total", 0),
                 "runs_finished": runs.get("finished", 0),
                 "runs_failed": runs.get("failed", 0),
                 "github_issue": v["github_issue_number"],
+                "best_value_text": related.best_value_text(v, best),
             }
 
 

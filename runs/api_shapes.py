@@ -42,11 +42,26 @@ class ChartLineSerializer(serializers.Serializer):
     max = serializers.ListField(child=serializers.FloatField(allow_null=True))
 
 
+class ChartMetricSerializer(serializers.Serializer):
+    label = serializers.CharField(help_text="The declared display name, or the key.")
+    title = serializers.CharField(help_text="The axis title with its unit, e.g. 'MFU (%)'.")
+    unit = serializers.CharField(help_text="The unit the values are in ('' when undeclared).")
+    format = serializers.ChoiceField(
+        choices=["percent", "fraction", "count", "si", "seconds", "number"],
+        help_text="How the axis ticks are written (static/js/units.js).",
+    )
+
+
 class ChartDataSerializer(serializers.Serializer):
     plan = serializers.IntegerField(required=False, help_text="The plan, for a plan's charts.")
     active = serializers.BooleanField(help_text="Whether anything can still change (poll again).")
     keys = serializers.ListField(child=serializers.CharField())
     runs = ChartRunSerializer(many=True)
+    metrics = serializers.DictField(
+        child=ChartMetricSerializer(),
+        help_text="How each key is shown (runs.metrics.display); its values are in that unit.",
+    )
     series = serializers.DictField(
-        child=ChartLineSerializer(many=True), help_text="For each key, one line per run."
+        child=ChartLineSerializer(many=True),
+        help_text="For each key, one line per run, in the unit `metrics` names.",
     )

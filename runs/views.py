@@ -23,6 +23,7 @@ from runs import permissions as run_perms
 from runs import selectors
 from runs.alerts import selectors as alert_selectors
 from runs.executors import EXECUTORS, ExecutorError, get_executor
+from runs.metrics.display import MetricDisplay
 from runs.models import Plan, PlanLaunch, Recipe, Run
 from runs.pools.models import Pool
 from runs.results import charts_png, run_table
@@ -202,7 +203,9 @@ def _run_page(
                 if request.user.is_authenticated
                 else []
             ),
-            "chart_keys": chart_keys,
+            "chart_keys": [
+                (key, MetricDisplay.of(key, declarations.get(key)).label) for key in chart_keys
+            ],
             "other_chart_keys": charted[run_table.DEFAULT_CHARTS :],
             "series_url": f"{reverse('api-root')}runs/series/?{series_query}",
             "results_config": {"pollMs": run_table.POLL_MILLISECONDS, "runAxes": {}},

@@ -55,7 +55,7 @@ def _curves(steps: np.ndarray, attempt: int, rng: np.random.Generator) -> dict[s
     out = {
         "train/loss": loss,
         "throughput/total_tokens": tokens,
-        "throughput/mfu": np.clip(mfu, 0, 1),
+        "throughput/mfu": 100 * np.clip(mfu, 0, 1),  # in percent, as Levanter logs it
         "throughput/tokens_per_second": mfu * 512 * 459e12 / FLOPS_PER_TOKEN,
         "moe/drop_fraction": np.clip(
             np.where(fast, 0.002, 0.04 * np.exp(-steps / 3000)) + rng.normal(0, 0.001, n), 0, 1
@@ -127,8 +127,13 @@ def demo_campaign_seed(*, actor: Any, recipe: Recipe) -> Campaign | None:
     """Create the demo campaign once; None when it is already there."""
     if Campaign.objects.filter(slug=SLUG).exists():
         return None
+    # A config of its own: a plan of the recipe's defaults could reuse (cache) a demo
+    # proposal's run, and the campaign would then show that run's points as its first attempt.
     plan = plans.plan_freeze(
-        recipe=recipe, baseline={}, spec_text="", budget_accelerator_hours=None
+        recipe=recipe,
+        baseline={"data_mix": MIX_BEFORE, "tokens_b": round(10_000 * TOKENS_PER_STEP / 1e9, 3)},
+        spec_text="",
+        budget_accelerator_hours=None,
     )
     PlanLaunch.objects.create(plan=plan, executor="local", command_template="true")
     dispatch.plan_expand(plan_id=plan.pk)

@@ -22,8 +22,8 @@ from runs.campaigns.models import Campaign, Intervention
 from runs.campaigns.stitching import MIXTURE_PREFIX, Member
 from runs.metrics import declarations as metric_declarations
 from runs.metrics.declarations import MetricDeclaration
+from runs.metrics.display import MetricDisplay
 from runs.models import TERMINAL_RUN_STATES, MetricSummary, RunState
-from runs.results import presentation
 from runs.series import charts as series_charts
 
 THROUGHPUT_KEY = "throughput/tokens_per_second"
@@ -33,6 +33,7 @@ STANDARD_KEYS = ("eval/loss", THROUGHPUT_KEY, MFU_KEY, DROP_KEY)
 RECENT_BUCKETS = 20  # the tokens/s of the ETA: the mean of the last buckets of the chart
 MIN_POINTS_FOR_EFFECT = 5
 EFFECT_CACHE_SECONDS = 600
+EFFECT_FORMAT = b"display-1"  # bumped when the kept effects' words change
 
 MAX_OPEN_ALERTS = 50  # a page lists at most this many (the run pages have the rest)
 
@@ -133,6 +134,17 @@ def campaign_progress(
     }
 
 
+def campaign_displays(
+    *, members: Sequence[Member], keys: Sequence[str]
+) -> dict[str, MetricDisplay]:
+    """How each key is shown (``runs.metrics.display``): as the recipe of the campaign's
+    latest attempt declares it (its attempts are restarts of one recipe)."""
+    declarations = (
+        metric_declarations.declarations_for_run(run_id=members[-1].source_id) if members else {}
+    )
+    return {key: MetricDisplay.of(key, declarations.get(key)) for key in keys}
+
+
 def campaign_chart_data(*, campaign: Campaign, points: int) -> bytes:
     """The page's chart data as JSON bytes: the stitched series of the chart keys and the
     mixture weights (logged, or else the phases' data mix), the attempts' boundaries, the
@@ -156,6 +168,11 @@ def campaign_chart_data(*, campaign: Campaign, points: int) -> bytes:
         found |= from_phases
         mixture = sorted(from_phases)
     tokens_of = _tokens_at(found)
+    shown = campaign_displays(members=members, keys=[k for k in keys if k in found])
+    for key, display in shown.items():  # chart data is in the unit the page shows
+        if display.factor != 1.0:
+            for part in ("value", "min", "max"):
+                found[key][part] = found[key][part] * display.factor
     interventions = [
         {
             "id": i.pk,
@@ -192,6 +209,7 @@ def campaign_chart_data(*, campaign: Campaign, points: int) -> bytes:
         "active": progress["running"] or stale,
         "x": "tokens" if any("tokens" in s for s in found.values()) else "step",
         "keys": [k for k in keys if k in found],
+        "metrics": {key: display.chart_meta() for key, display in shown.items()},
         "mixture": [k for k in mixture if k in found],
         "series": found,
         "interventions": interventions,
@@ -208,7 +226,8 @@ def _tokens_at(found: dict[str, dict[str, Any]]) -> Any:
     def tokens_of(step: int | None) -> float | None:
         if reference is None or step is None:
             return None
-        return float(np.interp(step, reference["step"], reference["tokens"]))
+        steps = np.asarray([step], dtype=np.float64)
+        return float(stitching.tokens_at(steps, reference["step"], reference["tokens"])[0])
 
     return tokens_of
 
@@ -246,13 +265,15 @@ def intervention_effect(
         effect["before"] = _stats(before)
     if len(after) >= MIN_POINTS_FOR_EFFECT:
         effect["after"] = _stats(after)
+    display = MetricDisplay.of(key, declaration)
+    effect["label"] = display.label
     if effect["before"] and effect["after"]:
         b, a = effect["before"]["median"], effect["after"]["median"]
         effect["change"] = (a - b) / abs(b) if b else None
-        effect["text"] = (
-            f"{presentation.metric_text(b, key, declaration)} → "
-            f"{presentation.metric_text(a, key, declaration)}"
-        )
+        effect["text"] = f"{display.text(b)} → {display.text(a)}"
+        for side in ("before", "after"):
+            stats = effect[side]
+            stats["range"] = display.range_text(stats["p25"], stats["p75"])
     else:
         effect["text"] = f"not enough points yet (at least {MIN_POINTS_FOR_EFFECT} each side)"
     return effect
@@ -270,7 +291,7 @@ def interventions_with_effects(
         spec = orjson.dumps(
             [intervention.pk, intervention.step, intervention.window_steps, intervention.keys]
         )
-        digest = hashlib.sha256(spec + version.encode()).hexdigest()[:32]
+        digest = hashlib.sha256(spec + version.encode() + EFFECT_FORMAT).hexdigest()[:32]
         cache_key = f"campaigns:effect:{digest}"
         effects = cache.get(cache_key)
         if effects is None:

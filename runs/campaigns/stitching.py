@@ -110,9 +110,26 @@ def stitched_series(
         if found is None:
             continue
         if tokens is not None and len(tokens["step"]):
-            found["tokens"] = np.interp(found["step"], tokens["step"], tokens["value"])
+            found["tokens"] = tokens_at(found["step"], tokens["step"], tokens["value"])
         out[key] = found
     return out, origins
+
+
+def tokens_at(steps: np.ndarray, token_steps: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """The tokens seen at each of ``steps``, read off the stitched tokens series: interpolated
+    inside it, and extended at its slope outside it (a key logged before the first or after
+    the last tokens point), never held flat: points held at one x would draw a vertical
+    segment at the edge of the chart."""
+    out = np.interp(steps, token_steps, tokens)
+    if len(token_steps) < 2 or token_steps[-1] == token_steps[0]:
+        per_step = tokens[-1] / token_steps[-1] if len(token_steps) and token_steps[-1] else 0.0
+        return np.maximum(out + (steps - token_steps[-1]) * per_step, 0.0)
+    slope = (tokens[-1] - tokens[0]) / (token_steps[-1] - token_steps[0])
+    before = steps < token_steps[0]
+    after = steps > token_steps[-1]
+    out[before] = tokens[0] + (steps[before] - token_steps[0]) * slope
+    out[after] = tokens[-1] + (steps[after] - token_steps[-1]) * slope
+    return np.maximum(out, 0.0)
 
 
 def phase_mixture(
@@ -149,7 +166,7 @@ def phase_mixture(
         return {}
     spans.sort(key=lambda span: span[0])
     steps = np.array([step for start, stop, _ in spans for step in (start, stop)], dtype=np.int64)
-    tokens = np.interp(steps, loss["step"], loss["tokens"]) if "tokens" in loss else None
+    tokens = tokens_at(steps, loss["step"], loss["tokens"]) if "tokens" in loss else None
     out: dict[str, dict[str, np.ndarray]] = {}
     for name in sorted({name for _, _, mix in spans for name in mix}):
         values = np.array(

@@ -73,7 +73,7 @@ def _detail(
             "interventions": interventions,
             "projection": projected,
             "open_alerts": selectors.campaign_open_alerts(campaign=campaign),
-            "chart_keys": keys,
+            "chart_keys": list(selectors.campaign_displays(members=members, keys=keys).items()),
             "has_mixture": mixture,
             "recipe_config": json.dumps(campaign.recipe_config, indent=2),
             "can_record": can_record,

@@ -1,18 +1,21 @@
 """What a recipe says about its metrics: key, unit, direction, display name, whether it is a
 run-table column and a summary row, its warm-up, and the unit the trainer logs it in.
 
-    [{"key": "throughput/mfu", "unit": "fraction", "direction": "higher",
+    [{"key": "throughput/mfu", "unit": "percent", "direction": "higher",
       "display": "MFU", "column": true, "summary": true}]
 
-Declarations are checked against ``DECLARATIONS_SCHEMA`` when a recipe is saved. At ingest
-(``metrics_ingest``, every door) a value of a ``fraction`` key above 1 but at most 100 was
-logged in percent and is divided by 100; a ``percent`` key whose recipe says it is
-``logged_as: fraction`` is multiplied by 100; anything outside the unit's range is refused,
-naming the key. So a table never shows "2280 %". ``warmup_steps`` is the steady-state
-warm-up of a throughput key (``runs.metrics.steady``: its median skips those steps; it overrides the
-compute model's ``steady_state_warmup_steps``). How a declared key is written and labelled
-is ``runs.results.presentation``'s. Keys a recipe does not declare are kept as logged and shown
-under "other metrics".
+``unit`` is how the key is shown; ``logged_as`` (fraction or percent, for a fraction or
+percent key) is how the trainer logs it when that differs. Values are stored as the trainer
+logged them, so a corrected declaration re-reads every stored value under the new unit:
+``runs.metrics.display`` converts when it shows them, on every page, chart and answer.
+Levanter logs ``throughput/mfu`` in percent (``unit: percent``); a trainer logging 0.25 for
+25 % declares ``unit: percent, logged_as: fraction``. At ingest (``metrics_ingest``, every
+door) a value outside the range of the unit it is logged in is refused, naming the key.
+
+Declarations are checked against ``DECLARATIONS_SCHEMA`` when a recipe is saved.
+``warmup_steps`` is the steady-state warm-up of a throughput key (``runs.metrics.steady``:
+its median skips those steps; it overrides the compute model's ``steady_state_warmup_steps``).
+Keys a recipe does not declare are kept and shown as logged, under "other metrics".
 """
 
 from __future__ import annotations
@@ -148,42 +151,27 @@ def declarations_forget() -> None:
     _by_run.clear()
 
 
-def unit_convert(
-    *, declaration: MetricDeclaration, steps: list[int], values: list[float]
-) -> tuple[list[float], str]:
-    """One key's values of a batch in its declared unit, and a problem ("" when none).
+def logged_unit(declaration: MetricDeclaration) -> str:
+    """The unit the trainer logs a key in, and its stored values are in."""
+    return declaration.logged_as or declaration.unit
 
-    A ``fraction`` key whose batch holds values above 1 and none above 100 was logged in
-    percent: all its values in the batch are divided by 100. A key declared ``logged_as`` the
-    other unit is converted always. A value outside the unit's range either way is refused.
-    """
-    unit = declaration.unit
+
+def unit_check(*, declaration: MetricDeclaration, steps: list[int], values: list[float]) -> str:
+    """A problem with one key's values of a batch ("" when none): a fraction or percent
+    key's values must lie in the range of the unit it is logged in. Nothing is converted."""
+    unit = logged_unit(declaration)
     bounds = UNIT_RANGES.get(unit)
-    if bounds is None:
-        return values, ""
-    low, high = min(values), max(values)
-    logged_as = declaration.logged_as or unit
-    if logged_as != unit:
-        factor = 100.0 if unit == "percent" else 0.01
-        source = UNIT_RANGES[logged_as]
-        if low < source[0] or high > source[1]:
-            bad = _first_outside(steps, values, source)
-            return values, (
-                f"{declaration.key} is logged as a {logged_as} ({source[0]:g}-{source[1]:g}); "
-                f"{bad[1]!r} at step {bad[0]} is not"
-            )
-        return [v * factor for v in values], ""
-    if bounds[0] <= low and high <= bounds[1]:
-        return values, ""
-    if unit == "fraction" and low >= 0.0 and high <= 100.0:
-        return [v / 100.0 for v in values], ""
+    if bounds is None or (bounds[0] <= min(values) and max(values) <= bounds[1]):
+        return ""
     bad = _first_outside(steps, values, bounds)
-    other = " nor a percent" if unit == "fraction" else ""
-    return values, (
-        f"{declaration.key} is declared a {unit} ({bounds[0]:g}-{bounds[1]:g}); "
-        f"{bad[1]!r} at step {bad[0]} is neither a {unit}{other}"
-        if other
-        else f"{declaration.key} is declared a percent (0-100); {bad[1]!r} at step {bad[0]} is not"
+    hint = (
+        " (declare logged_as: percent if the trainer logs it in percent)"
+        if unit == "fraction" and 0.0 <= bad[1] <= 100.0
+        else ""
+    )
+    return (
+        f"{declaration.key} is logged as a {unit} ({bounds[0]:g}-{bounds[1]:g}); "
+        f"{bad[1]!r} at step {bad[0]} is not{hint}"
     )
 
 
@@ -199,8 +187,8 @@ def _first_outside(
 def summary_convert(
     *, declarations: dict[str, MetricDeclaration], summary: dict[str, float]
 ) -> tuple[dict[str, float], list[str]]:
-    """A reported summary in the declared units; values that cannot be are left out and
-    named in the problems."""
+    """A reported summary as logged; values outside their logged unit's range are left out
+    and named in the problems."""
     out: dict[str, float] = {}
     problems: list[str] = []
     for key, value in summary.items():
@@ -208,45 +196,37 @@ def summary_convert(
         if declaration is None or not math.isfinite(value):
             out[key] = value
             continue
-        converted, problem = unit_convert(declaration=declaration, steps=[0], values=[value])
+        problem = unit_check(declaration=declaration, steps=[0], values=[value])
         if problem:
             problems.append(problem.replace(" at step 0", ""))
         else:
-            out[key] = converted[0]
+            out[key] = value
     return out, problems
 
 
 def declarations_check(
     *, run_id: int, keys: list[str], steps: list[int], values: list[float]
 ) -> tuple[list[float], list[str]]:
-    """The batch's values in declared units (a new list only when something changed), and
-    the problems (a batch with any is refused whole by the caller)."""
+    """The batch's values (as logged: the same list) and the problems of its fraction and
+    percent keys (a batch with any is refused whole by the caller)."""
     declarations = declarations_for_run(run_id=run_id)
-    converted_keys = [k for k, d in declarations.items() if d.unit in UNIT_RANGES]
-    if not converted_keys:
+    wanted = {k for k, d in declarations.items() if logged_unit(d) in UNIT_RANGES}
+    if not wanted:
         return values, []
-    wanted = set(converted_keys)
     positions: dict[str, list[int]] = {}
     for index, key in enumerate(keys):
         if key in wanted:
             positions.setdefault(key, []).append(index)
-    if not positions:
-        return values, []
-    out = values
     problems: list[str] = []
     for key, indices in positions.items():
-        key_values = [values[i] for i in indices]
-        new_values, problem = unit_convert(
-            declaration=declarations[key], steps=[steps[i] for i in indices], values=key_values
+        problem = unit_check(
+            declaration=declarations[key],
+            steps=[steps[i] for i in indices],
+            values=[values[i] for i in indices],
         )
         if problem:
             problems.append(problem)
-        elif new_values is not key_values:
-            if out is values:
-                out = list(values)
-            for i, v in zip(indices, new_values, strict=True):
-                out[i] = v
-    return out, problems
+    return values, problems
 
 
 def declarations_or_error(data: Any) -> None:

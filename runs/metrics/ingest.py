@@ -83,8 +83,9 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
 
     Every door writes through here: the native API, MLflow's, the Levanter tracker and the
     ``tracker_metrics.jsonl`` import (which alone may write a run that has ended, with
-    ``require_running=False``). Values of keys the recipe declares as a fraction or a percent
-    are put in the declared unit first, or the batch is refused (``runs.metrics.declarations``).
+    ``require_running=False``). Values are stored as logged; a batch with a fraction or
+    percent key outside the range of the unit it is logged in is refused
+    (``runs.metrics.declarations``; ``runs.metrics.display`` converts when it shows them).
     """
     if require_running and run.state != RunState.RUNNING:
         raise NotRunning(f"Run {run.pk} is {run.state}; only a running run takes metrics.")

@@ -35,6 +35,7 @@ class Line:
     steps: list[int]
     values: list[float]
     is_baseline: bool = False
+    title: str = ""  # the key's axis title, as the pages write it ("Eval loss (nats)")
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,7 @@ def loss_lines(chart: LossChart, *, points: int = POINTS) -> list[Line]:
     data = orjson.loads(body)
     shown = {run.pk for run in chart.runs}  # the newest run of each plan entry
     runs = {run["id"]: run for run in data["runs"]}
+    title = (data.get("metrics") or {}).get(chart.key, {}).get("title", chart.key)
     lines = []
     for line in data["series"].get(chart.key, []):
         run = runs.get(line["run"])
@@ -94,6 +96,7 @@ def loss_lines(chart: LossChart, *, points: int = POINTS) -> list[Line]:
                 steps=line["step"],
                 values=line["value"],
                 is_baseline=bool(run["baseline"]),
+                title=title,
             )
         )
     return lines
@@ -105,6 +108,8 @@ def _plain(text: str) -> str:
 
 
 def render_png(*, title: str, key: str, lines: Sequence[Line], log_y: bool = False) -> bytes:
+    """The chart: ``key``'s lines by step, the y axis titled as the pages title it (its
+    declared name and unit, ``runs.metrics.display``)."""
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(8, 4.5), dpi=100, layout="constrained")
@@ -118,8 +123,8 @@ def render_png(*, title: str, key: str, lines: Sequence[Line], log_y: bool = Fal
             linewidth=1.8 if line.is_baseline else 1.2,
         )
     axes.set_title(_plain(title[:120]), fontsize=11)
-    axes.set_xlabel("step")
-    axes.set_ylabel(_plain(key))
+    axes.set_xlabel("Step")
+    axes.set_ylabel(_plain(next((line.title for line in lines if line.title), key)[:80]))
     axes.grid(alpha=0.3)
     if log_y and all(v > 0 for line in lines for v in line.values):
         axes.set_yscale("log")

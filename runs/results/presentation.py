@@ -4,9 +4,9 @@ exponent, R² and multipliers).
 
 One module, so that the run table, the charts' series (and the PNG drawn from them), the
 scaling ladder, the seed table, the compare page, the run page and the result comment say
-the same thing the same way. A metric a recipe declares (``runs.metrics.declarations``) is
-written in its declared unit and labelled with its display name; any other key is written
-as its name suggests (``throughput/mfu`` a fraction shown in percent, and so on).
+the same thing the same way. A metric's value is written by ``runs.metrics.display`` (the
+one rule for every page: its declared unit and display name; an undeclared key as logged);
+the metric functions here are that rule under the names the templates and results use.
 A config value is written as in the config's canonical JSON (``runs.specs.ablation.canonical_json``),
 so an integral float is an integer: ``capacity_factor=1`` everywhere, never ``=1.0`` in one
 place and ``=1`` in another.
@@ -14,16 +14,33 @@ place and ``=1`` in another.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from runs.metrics.declarations import MetricDeclaration
+from runs.metrics.display import MetricDisplay
+from runs.metrics.display import is_number as display_is_number
 from runs.metrics.steady import summary_value
 from runs.models import MetricSummary, Run
 from runs.specs.ablation import canonical_json
 
 BASELINE_LABEL = "baseline"
+
+# A suggested verdict in words, as the outcome it suggests is named (``proposals.models.Outcome``'s
+# labels; runs/ cannot import proposals/, a test keeps the two equal).
+VERDICT_LABELS = {
+    "worked": "Worked",
+    "promising": "Promising",
+    "mixed": "Mixed",
+    "did_not_work": "Did not work",
+    "inconclusive": "Inconclusive",
+    "not_evaluated": "Not evaluated",
+}
+
+
+def verdict_text(code: Any) -> str:
+    """A verdict's words (``Did not work``), never its code; an unknown one as a dash."""
+    return VERDICT_LABELS.get(str(code), "–")
 
 
 def value_text(value: Any) -> str:
@@ -85,8 +102,7 @@ def axis_values(
     return values
 
 
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+is_number = display_is_number
 
 
 def final_values(
@@ -118,79 +134,33 @@ def final_values(
 def metric_label(key: str, declaration: MetricDeclaration | None = None) -> str:
     """A metric's column or row heading: its declared display name and unit, ``MFU (%)``;
     an undeclared key as it is."""
-    if declaration is None:
-        return key
-    label = declaration.display or key
-    unit = "%" if declaration.unit in {"fraction", "percent"} else declaration.unit
-    return f"{label} ({unit})" if unit else label
+    return MetricDisplay.of(key, declaration).title
 
 
 def direction_text(declaration: MetricDeclaration | None) -> str:
     """Which way a declared metric is better, in words; nothing when not declared."""
-    direction = declaration.direction if declaration is not None else ""
-    return {"lower": "lower is better", "higher": "higher is better"}.get(direction, "")
-
-
-def _unit_text(value: float, unit: str) -> str | None:
-    """A value in a declared unit, or None when the unit says nothing about how to write it
-    (then the key decides)."""
-    if unit == "fraction":
-        return f"{100 * value:.1f}%"
-    if unit == "percent":
-        return f"{value:.1f}%"
-    if unit == "tokens/s":
-        return f"{value:,.0f}"
-    if unit == "seconds":
-        return f"{value:,.1f} s"
-    if unit in {"tokens", "count", "bytes"}:
-        return f"{value:,.0f}" if abs(value) < 1e12 else f"{value:.3g}"
-    if unit == "flops":
-        return f"{value:.3g}"
-    return None
+    return MetricDisplay.of("", declaration).better
 
 
 def metric_text(value: Any, key: str, declaration: MetricDeclaration | None = None) -> str:
-    """A final metric. A declared unit decides (fractions and percents in percent, tokens/s
-    and counts whole, seconds to a tenth, FLOPs as 3.2e+18); otherwise the key: MFU in
-    percent, tokens/s whole, fractions to 3 places, others to 4."""
-    if not is_number(value):
-        return "–"
-    if declaration is not None and declaration.unit:
-        text = _unit_text(value, declaration.unit)
-        if text is not None:
-            return text
-    if key.endswith("mfu"):
-        return f"{100 * value:.1f}%"
-    if key.endswith("tokens_per_second"):
-        return f"{value:,.0f}"
-    if "fraction" in key:
-        return f"{value:.3f}"
-    return f"{value:.4f}" if abs(value) < 1000 else f"{value:.4g}"
+    """A stored value of ``key`` as every page writes it (``runs.metrics.display``)."""
+    return MetricDisplay.of(key, declaration).text(value)
 
 
 def spread_text(
     stats: Mapping[str, Any] | None, key: str, declaration: MetricDeclaration | None = None
 ) -> str:
-    """A variant's ``key`` over its seeds (``runs.results.seeds``: mean and sample std), each number
-    written as ``metric_text`` writes the key: ``3.0100 ± 0.0141``, ``3.0100 (1 seed)``."""
-    if not isinstance(stats, Mapping) or not is_number(stats.get("mean")):
+    """A variant's ``key`` over its seeds (``runs.results.seeds``: mean and sample std):
+    ``3.0100 ± 0.0141``, ``3.0100 (1 seed)``."""
+    if not isinstance(stats, Mapping):
         return "–"
-    if not is_number(stats.get("std")):
-        return f"{metric_text(stats['mean'], key, declaration)} (1 seed)"
-    mean = metric_text(stats["mean"], key, declaration)
-    return f"{mean} ± {metric_text(stats['std'], key, declaration)}"
+    return MetricDisplay.of(key, declaration).spread_text(stats.get("mean"), stats.get("std"))
 
 
 def delta_text(delta: Any, se: Any, key: str, declaration: MetricDeclaration | None = None) -> str:
     """A difference from the baseline with a true minus sign (U+2212), ± its standard error
     when it is known: ``-0.3050 ± 0.0112`` is written with that sign."""
-    if not is_number(delta):
-        return "–"
-    sign = "+" if delta > 0 else "−" if delta < 0 else "±"
-    text = f"{sign}{metric_text(abs(delta), key, declaration)}"
-    if is_number(se):
-        text += f" ± {metric_text(se, key, declaration)}"
-    return text
+    return MetricDisplay.of(key, declaration).delta_text(delta, se)
 
 
 def exponent_text(exponent: Any, se: Any = None) -> str:

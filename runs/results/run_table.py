@@ -17,7 +17,9 @@ from urllib.parse import urlencode
 from django.conf import settings
 from django.urls import reverse
 
+from runs.metrics import display
 from runs.metrics.declarations import MetricDeclaration, declarations_parse
+from runs.metrics.declarations import logged_unit as declarations_logged
 from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
 from runs.results import ladder, presentation, seeds
 from runs.results.ladder import Ladder
@@ -142,6 +144,15 @@ class RunTable:
             return True
         launch = self.launch
         return bool(launch and launch.expanded_at is None and launch.canceled_at is None)
+
+    @property
+    def chart_captions(self) -> list[tuple[str, str]]:
+        """(key, caption) of the charts drawn first: the declared display name, or the key."""
+        return [(key, self.display(key).label) for key in self.chart_keys]
+
+    def display(self, key: str) -> display.MetricDisplay:
+        """How the table, its charts and its seed rows show ``key`` (``runs.metrics.display``)."""
+        return display.MetricDisplay.of(key, self.declarations.get(key))
 
     @property
     def other_keys(self) -> list[str]:
@@ -344,16 +355,18 @@ def run_table_build(
     group: str = "",
     extra_params: Mapping[str, str] | None = None,
     columns: Sequence[str] = (),
+    across_recipes: bool = False,
 ) -> RunTable:
     """The table of ``runs`` (loaded with their entries), sorted and grouped.
 
     ``extra_params`` go into every sort link (the compare page keeps its run ids);
     ``columns`` names optional columns to show besides the default ones (unknown ids are
-    ignored)."""
+    ignored). A table ``across_recipes`` (the compare page) shows each key as the first of
+    the runs' recipes that declares it, the others' values converted into its unit."""
     runs = list(runs)
     axes = plan_axes(plan)
     values, steps, logged = presentation.final_values(runs)
-    declarations = plan_declarations(plan)
+    declarations = _shared_declarations(runs, values) if across_recipes else plan_declarations(plan)
     default_columns = metric_columns(declarations)
     all_keys = ordered_keys(k for v in values.values() for k in v)
     other_metrics = [k for k in all_keys if k not in default_columns]
@@ -402,6 +415,29 @@ def run_table_build(
         shown=shown,
         optional=optional,
     )
+
+
+def _shared_declarations(
+    runs: Sequence[Run], values: dict[int, dict[str, float]]
+) -> dict[str, MetricDeclaration]:
+    """The declarations of runs of several recipes: for each key the first recipe's (in the
+    runs' order) that declares it; each run's values of the key are put in the unit that
+    declaration stores (``values`` is changed in place), so one rule writes them all."""
+    recipes = [(run.recipe_name, run.recipe_version) for run in runs]
+    by_recipe = display.recipe_declarations(recipes)
+    chosen: dict[str, MetricDeclaration] = {}
+    for recipe in recipes:
+        for key, declared in by_recipe.get(recipe, {}).items():
+            chosen.setdefault(key, declared)
+    for run, recipe in zip(runs, recipes, strict=True):
+        own = by_recipe.get(recipe, {})
+        for key, value in values[run.pk].items():
+            if key in own and key in chosen:
+                factor = display.factor_between(
+                    declarations_logged(own[key]), declarations_logged(chosen[key])
+                )
+                values[run.pk][key] = value * factor
+    return chosen
 
 
 def plan_run_table(
@@ -478,6 +514,7 @@ def compare_build(
         sort=sort,
         extra_params={"ids": ids_text} if ids_text else None,
         columns=columns,
+        across_recipes=True,
     )
     flat = {run.pk: flatten(run.config or {}) for run in runs}
     keys = sorted({k for config in flat.values() for k in config})

@@ -26,10 +26,12 @@ from runs.results.presentation import (
     delta_text,
     final_values,
     is_number,
+    metric_label,
     metric_text,
     run_label,
     spread_text,
     value_text,
+    verdict_text,
 )
 from runs.results.seeds import seeded, variant_groups, verdict_suggest
 from runs.signals import plan_finished
@@ -100,10 +102,28 @@ def compare(
 
 
 def _declared(summary: dict[str, Any]) -> dict[str, MetricDeclaration]:
-    """The units the recipe declares for the summary's keys (``plan_summarize`` keeps them),
-    so the markdown writes each value as the pages do."""
+    """The recipe's declarations of the summary's keys (``plan_summarize`` keeps them: unit,
+    how it is logged, display name), so the markdown writes each value as the pages do
+    (``runs.metrics.display``); a summary kept before them has its units alone."""
+    declared = summary.get("declared")
+    if isinstance(declared, dict):
+        return {
+            key: MetricDeclaration(
+                key=key,
+                unit=str(d.get("unit", "")),
+                logged_as=str(d.get("logged_as", "")),
+                display=str(d.get("display", "")),
+            )
+            for key, d in declared.items()
+            if isinstance(d, dict)
+        }
     units = summary.get("units") or {}
     return {key: MetricDeclaration(key=key, unit=str(unit)) for key, unit in units.items()}
+
+
+def _heading(key: str, declared: dict[str, MetricDeclaration]) -> str:
+    """A column heading of the markdown tables: ``MFU (%)``, its pipes escaped."""
+    return metric_label(key, declared.get(key)).replace("|", "\\|")
 
 
 def _delta_cell(group: dict[str, Any], key: str, declaration: MetricDeclaration | None) -> str:
@@ -132,7 +152,7 @@ def seeds_markdown(summary: dict[str, Any]) -> str:
         + ")",
         "",
         "| variant | scale | seeds | "
-        + " | ".join(keys)
+        + " | ".join(_heading(key, declared) for key in keys)
         + (f" | Δ {metric} |" if metric else " |"),
         "|---|---|---|" + "---|" * len(keys) + ("---|" if metric else ""),
     ]
@@ -154,7 +174,9 @@ def summary_markdown(summary: dict[str, Any]) -> str:
     keys = summary["keys"]
     declared = _declared(summary)
     lines = [
-        "| run | scale | seed | overrides | state | " + " | ".join(keys) + " |",
+        "| run | scale | seed | overrides | state | "
+        + " | ".join(_heading(key, declared) for key in keys)
+        + " |",
         "|---|---|---|---|---|" + "---|" * len(keys),
     ]
     reused = False
@@ -199,7 +221,7 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         lines.append(
             f"Criterion: `{criteria['metric']}` {criteria.get('direction', 'lower')} by at "
             f"least {value_text(criteria.get('threshold'))} against the baseline. "
-            f"Suggested verdict: **{summary['suggested_verdict']}**: "
+            f"Suggested verdict: **{verdict_text(summary['suggested_verdict'])}**: "
             f"{summary['verdict_reason']}. A maintainer records the outcome."
         )
     return "\n".join(lines)
@@ -239,6 +261,10 @@ def plan_summarize(*, plan_id: int) -> dict[str, Any]:
         "states": states,
         "keys": keys,
         "units": {k: d.unit for k, d in declarations.items() if d.unit},
+        "declared": {
+            k: {"unit": d.unit, "logged_as": d.logged_as, "display": d.display}
+            for k, d in declarations.items()
+        },
         "runs": [
             {
                 "run": run.pk,

@@ -14,6 +14,8 @@ import psycopg
 from django.db import connection
 from django.urls import reverse
 
+from runs.metrics import display
+from runs.metrics.declarations import MetricDeclaration, declarations_parse
 from runs.models import TERMINAL_RUN_STATES, MetricPoint, MetricSeries, MetricSummary, Plan, Run
 from runs.results import presentation
 from runs.series.buckets import CHART_RECORD, COARSE, Buckets, group_starts
@@ -187,6 +189,7 @@ class _Line:
     scale: str
     seed: int | None
     baseline: bool
+    recipe: tuple[str, str]  # (name, version): whose declarations say how its keys are shown
 
     @property
     def label(self) -> str:
@@ -210,6 +213,8 @@ LINE_VALUES = (
     "entry__scale",
     "entry__seed",
     "entry__is_baseline",
+    "recipe_name",
+    "recipe_version",
 )
 
 
@@ -226,6 +231,7 @@ def _line(row: Sequence[Any]) -> _Line:
         scale,
         seed,
         baseline,
+        (row[10], row[11]),
     )
 
 
@@ -235,10 +241,13 @@ def _payload(
     axes_of: dict[int, list[str]],
     keys: Sequence[str] | None,
     points: int,
+    declarations: dict[tuple[str, str], dict[str, MetricDeclaration]],
 ) -> dict[str, Any]:
     sources = {line.source for line in lines}
     arrays = chart_series(source_ids=sources, keys=keys, points=points)
     names = sorted({key for _, key in arrays}) if keys is None else list(keys)
+    recipes = [line.recipe for line in lines]
+    shown = display.shared_displays(names, declarations, recipes)
     stale = bool(sources) and (
         MetricSummary.objects.filter(run_id__in=sources, stale_from__isnull=False).exists()
     )
@@ -257,15 +266,27 @@ def _payload(
             }
             for line in lines
         ],
+        # How each key is shown (runs.metrics.display); its values below are in that unit.
+        "metrics": {key: shown[key].display.chart_meta() for key in names},
         "series": {
             key: [
-                {"run": line.id, **arrays[(line.source, key)]}
+                {
+                    "run": line.id,
+                    **_in_unit(arrays[(line.source, key)], shown[key].factor(line.recipe)),
+                }
                 for line in lines
                 if (line.source, key) in arrays
             ]
             for key in names
         },
     }
+
+
+def _in_unit(arrays: dict[str, np.ndarray], factor: float) -> dict[str, np.ndarray]:
+    """A line's arrays in the unit its chart shows (a fraction logged for a percent x 100)."""
+    if factor == 1.0:
+        return arrays
+    return {name: values if name == "step" else values * factor for name, values in arrays.items()}
 
 
 def _dumps(payload: dict[str, Any]) -> bytes:
@@ -275,7 +296,11 @@ def _dumps(payload: dict[str, Any]) -> bytes:
 def plan_series(*, plan_id: int, keys: Sequence[str] | None, points: int) -> bytes | None:
     """The chart data of a plan's runs as JSON bytes, or None when there is no such plan.
     Four queries whatever the number of runs and keys."""
-    plan = Plan.objects.filter(pk=plan_id).values_list("pk", "spec").first()
+    plan = (
+        Plan.objects.filter(pk=plan_id)
+        .values_list("pk", "spec", "recipe__name", "recipe__version", "recipe__metrics")
+        .first()
+    )
     if plan is None:
         return None
     lines = [
@@ -285,17 +310,24 @@ def plan_series(*, plan_id: int, keys: Sequence[str] | None, points: int) -> byt
         .values_list(*LINE_VALUES)
     ]
     payload = _payload(
-        lines=lines, axes_of={plan[0]: presentation.axis_names(plan[1])}, keys=keys, points=points
+        lines=lines,
+        axes_of={plan[0]: presentation.axis_names(plan[1])},
+        keys=keys,
+        points=points,
+        declarations={(plan[2], plan[3]): declarations_parse(plan[4] or [])},
     )
     return _dumps({"plan": plan[0], **payload})
 
 
 def runs_series(*, run_ids: Sequence[int], keys: Sequence[str] | None, points: int) -> bytes:
     """The chart data of runs picked from any plans (the compare page), in the order asked;
-    unknown ids are left out. Three queries whatever the number of runs and keys."""
+    unknown ids are left out. Four queries whatever the number of runs and keys."""
     rows = Run.objects.filter(pk__in=run_ids).values_list(*LINE_VALUES, "plan__spec")
     found = {row[0]: row for row in rows}
     picked = [found[pk] for pk in dict.fromkeys(run_ids) if pk in found]
-    axes_of = {row[5]: presentation.axis_names(row[10]) for row in picked}
+    axes_of = {row[5]: presentation.axis_names(row[len(LINE_VALUES)]) for row in picked}
     lines = [_line(row) for row in picked]
-    return _dumps(_payload(lines=lines, axes_of=axes_of, keys=keys, points=points))
+    declarations = display.recipe_declarations(line.recipe for line in lines)
+    return _dumps(
+        _payload(lines=lines, axes_of=axes_of, keys=keys, points=points, declarations=declarations)
+    )

@@ -53,7 +53,9 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
         "table": table,
         "launch": table.launch,
         "ladder": ladder,
-        "ladder_data": ladder.chart_data() if ladder else None,
+        "ladder_data": {**ladder.chart_data(), "title": table.display(ladder.metric).title}
+        if ladder
+        else None,
         "ladder_rules": LADDER_RULES,
         "irreducible_law": IRREDUCIBLE_LAW,
         "table_url": reverse("plan-run-table", kwargs={"plan_id": plan.pk}),
@@ -61,6 +63,12 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
         "png_url": reverse("plan-loss-png", kwargs={"plan_id": plan.pk}),
         "results_config": {"plan": plan.pk, "pollMs": run_table.POLL_MILLISECONDS, "runAxes": {}},
     }
+
+
+@register.filter
+def verdict(code: Any) -> str:
+    """A suggested verdict in words (``runs.results.presentation.verdict_text``)."""
+    return presentation.verdict_text(code)
 
 
 def _metric(spec: Any) -> tuple[str, MetricDeclaration | None]:

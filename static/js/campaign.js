@@ -19,12 +19,10 @@
     if (text != null) node.textContent = text;
     return node;
   };
-  const short = (v) => {
-    if (v == null || !isFinite(v)) return "";
-    const a = Math.abs(v);
-    for (const [size, suffix] of [[1e12, "T"], [1e9, "B"], [1e6, "M"], [1e3, "k"]]) if (a >= size) return `${+(v / size).toPrecision(3)}${suffix}`;
-    return String(+v.toPrecision(4));
-  };
+  // Units (static/js/units.js): axis titles, and ticks in each key's format.
+  const units = window.MarinUnits;
+  const short = (v) => units.tick("count", v);
+  const metaOf = (key) => ((latest && latest.metrics) || {})[key] || { label: key, title: key, unit: "", format: "number" };
   const pct = (v) => (v == null || !isFinite(v) ? "–" : `${(100 * v).toFixed(1)}%`);
   const duration = (s) => {
     if (s == null || !isFinite(s)) return "–";
@@ -107,7 +105,10 @@
         bands: opts.bands || [],
         legend: { show: false },
         cursor: { drag: { x: true, y: false, setScale: true }, points: { show: false } },
-        axes: [{ values: (self, splits) => splits.map(short) }, { size: 60, values: (self, splits) => splits.map(short) }],
+        axes: [
+          { values: units.ticks(opts.xFormat || "count", figure, "xTicks") },
+          { size: 64, values: units.ticks(opts.yFormat || "number", figure, "yTicks") },
+        ],
         hooks: {
           draw: [(self) => {
             drawMarkers(self, state.list);
@@ -127,6 +128,7 @@
   };
 
   const xName = () => (latest.x === "tokens" ? "tokens" : "step");
+  const xTitle = () => (latest.x === "tokens" ? "Tokens seen" : "Step");
   const xOfEvent = (e) => (latest.x === "tokens" ? e.tokens : e.step);
 
   const drawKey = (figure) => {
@@ -141,7 +143,9 @@
       { label: "min", stroke: "rgba(0,0,0,0)", points: { show: false } },
     ];
     const data = [xs, s.value, s.max || s.value, s.min || s.value];
-    plot(figure, { sig: "key", series, bands: [{ series: [2, 3], fill: "rgba(31,111,235,0.12)" }] }, data, markers(xOfEvent));
+    const meta = metaOf(figure.dataset.chartKey);
+    units.axisTitles(figure, meta.title, xTitle());
+    plot(figure, { sig: `key|${meta.title}`, series, bands: [{ series: [2, 3], fill: "rgba(31,111,235,0.12)" }], yFormat: meta.format }, data, markers(xOfEvent));
     figure.dataset.points = String(xs.length);
   };
 
@@ -170,7 +174,8 @@
       series.push({ label: key.replace("mixture/weight/", ""), stroke: colour, width: 1, fill: i === 0 ? `${colour}55` : undefined });
       if (i > 0) bands.push({ series: [i + 1, i], fill: `${colour}55` });
     });
-    plot(figure, { sig: `mix|${keys.join(",")}`, series, bands, fromZero: true }, [xs, ...stacked], markers(xOfEvent));
+    units.axisTitles(figure, "Share of the data (stacked)", xTitle());
+    plot(figure, { sig: `mix|${keys.join(",")}`, series, bands, fromZero: true, yFormat: "fraction" }, [xs, ...stacked], markers(xOfEvent));
     const legend = figure.querySelector(".chart-legend");
     if (legend) {
       legend.replaceChildren(...keys.map((key, i) => {
@@ -210,7 +215,8 @@
       { label: "campaign", stroke: PALETTE[0], width: 1.5, spanGaps: true },
     ];
     const flopsMarks = markers((e) => (e.tokens != null && perToken ? e.tokens * perToken : null));
-    plot(figure, { sig: "projection", series, bands: [{ series: [2, 3], fill: "rgba(130,80,223,0.15)" }], logX: true, logY: true }, data, flopsMarks);
+    units.axisTitles(figure, metaOf(latest.loss_key).title, "Training compute (FLOPs)");
+    plot(figure, { sig: "projection", series, bands: [{ series: [2, 3], fill: "rgba(130,80,223,0.15)" }], logX: true, logY: true, xFormat: "si", yFormat: "number" }, data, flopsMarks);
   };
 
   const showProgress = (p) => {

@@ -37,15 +37,11 @@
 
   /* ---------------------------------------------------------------- numbers */
 
-  const short = (v) => {
-    if (v == null || !isFinite(v)) return "";
-    const a = Math.abs(v);
-    if (a >= 1e9) return +(v / 1e9).toPrecision(3) + "G";
-    if (a >= 1e6) return +(v / 1e6).toPrecision(3) + "M";
-    if (a >= 1e4) return +(v / 1e3).toPrecision(3) + "k";
-    return String(+v.toPrecision(4));
-  };
-  const fmt = (v) => (v == null || !isFinite(v) ? "–" : Math.abs(v) >= 1e4 || (v !== 0 && Math.abs(v) < 1e-3) ? v.toExponential(3) : String(+v.toPrecision(5)));
+  /* Units (static/js/units.js): every axis has a title and ticks in its key's format, and
+   * a hovered value is written as the table writes it (runs/metrics/display.py). */
+  const units = window.MarinUnits;
+  const STEP_TITLE = "Step";
+  const metaOf = (key) => ((latest && latest.metrics) || {})[key] || { label: key, title: key, unit: "", format: "number" };
 
   /** TensorBoard's debiased exponential moving average; weight 0 leaves the values alone. */
   const ema = (values, weight) => {
@@ -292,6 +288,16 @@
     chartsBox.append(figure);
     return figure;
   };
+  /** A chart's caption: the key's declared name, and the key itself when they differ. */
+  const caption = (figure) => {
+    const key = figure.dataset.chartKey;
+    const label = metaOf(key).label;
+    const node = figure.querySelector("figcaption");
+    if (!node || node.dataset.label === label) return;
+    node.dataset.label = label;
+    node.replaceChildren(document.createTextNode(label));
+    if (label !== key) node.append(" ", el("code", "chart-key", key));
+  };
 
   /** Metric keys the runs report: chart the first few, offer the rest in "Add a chart". */
   function addKeys(keys) {
@@ -471,12 +477,12 @@
     }
     if (!rows.length) { tip.hidden = true; return; }
     rows.sort((a, b) => a.value - b.value);
-    const children = [el("div", "tip-head", `step ≈ ${short(Math.round(x))}`)];
+    const children = [el("div", "tip-head", `step ≈ ${units.tick("count", Math.round(x))}`)];
     for (const row of rows.slice(0, TIP_ROWS)) {
       const line = el("div", "tip-row");
       const swatch = el("span", "swatch");
       swatch.style.backgroundColor = row.line.colour;
-      line.append(swatch, el("span", "tip-label", row.line.label), el("span", "tip-value", fmt(row.value)));
+      line.append(swatch, el("span", "tip-label", row.line.label), el("span", "tip-value", units.text(state.meta.unit, row.value)));
       children.push(line);
     }
     if (rows.length > TIP_ROWS) children.push(el("div", "tip-more", `… ${rows.length - TIP_ROWS} more runs`));
@@ -508,8 +514,10 @@
         series.push({ ...edge }, { ...edge });
       }
     }
-    const state = { lines, zoomed: false, tip: el("div", "chart-tip") };
+    const meta = metaOf(figure.dataset.chartKey);
+    const state = { lines, meta, zoomed: false, tip: el("div", "chart-tip") };
     state.tip.hidden = true;
+    units.axisTitles(figure, meta.title, STEP_TITLE);
     const plot = new uPlot(
       {
         width: Math.max(240, target.clientWidth || 600),
@@ -525,7 +533,10 @@
           points: { show: false },
           focus: { prox: 24 },
         },
-        axes: [{ values: (u, splits) => splits.map(short) }, { size: 60, values: (u, splits) => splits.map(short) }],
+        axes: [
+          { values: units.ticks("count", figure, "xTicks") },
+          { size: 64, values: units.ticks(meta.format, figure, "yTicks") },
+        ],
         hooks: {
           setCursor: [(u) => showTip(u, state)],
           setSelect: [(u) => { if (u.select.width > 0) state.zoomed = true; }],
@@ -562,8 +573,9 @@
       return;
     }
     noPoints(figure, false);
+    caption(figure);
     figure.dataset.lineStyles = String(new Set(lines.map((l) => l.dash.join(","))).size);
-    const sig = [view.colour, view.dash, view.log, view.band, ...lines.map((l) => `${l.run.id}:${l.colour}:${l.dash.join(",")}:${Boolean(l.min)}`)].join("|");
+    const sig = [view.colour, view.dash, view.log, view.band, metaOf(figure.dataset.chartKey).title, ...lines.map((l) => `${l.run.id}:${l.colour}:${l.dash.join(",")}:${Boolean(l.min)}`)].join("|");
     const gridKey = `${dataVersion}|${view.log}|${view.band}`;
     const g = state && state.gridKey === gridKey ? state.grid : grid(lines, view.band);
     if (state && state.sig === sig) {
@@ -649,6 +661,7 @@
     const figure = $("ladder-chart");
     if (!data || !figure || !data.x.length || typeof uPlot === "undefined") return;
     const target = figure.querySelector(".chart-plot");
+    units.axisTitles(figure, data.title || data.metric || "Loss", "Training compute (FLOPs)");
     const series = [{ label: "FLOPs" }];
     const columns = [data.x];
     const count = data.variants.length;
@@ -677,12 +690,12 @@
         },
         series,
         axes: [
-          { values: (u, splits) => splits.map((v) => (v == null ? "" : v.toExponential(0))) },
+          { values: units.ticks("si", figure, "xTicks") },
           {
-            size: 60,
+            size: 64,
             // Losses of a ladder often span less than a decade: geometric ticks, not powers of 10.
             splits: (u, i, min, max) => Array.from({ length: 5 }, (_, k) => min * Math.pow(max / min, k / 4)),
-            values: (u, splits) => splits.map((v) => (v == null ? "" : String(+v.toPrecision(3)))),
+            values: units.ticks("number", figure, "yTicks"),
           },
         ],
         legend: { show: false },

@@ -49,6 +49,7 @@ EXPECTED_COLUMNS = [
     "runs_finished",
     "runs_failed",
     "github_issue",
+    "best_value_text",
 ]
 
 
@@ -257,6 +258,7 @@ def test_csv_export_of_a_search(client: Client, tried: dict[str, Any]) -> None:
     assert row["labels"] == "moe"
     assert row["author"] == "carla"
     assert row["best_value"] == "3.25"
+    assert row["best_value_text"] == "3.2500"  # eval/loss as the pages write it (nats)
     assert (row["runs_total"], row["runs_finished"], row["runs_failed"]) == ("3", "1", "2")
     assert row["concluded_at"].endswith("Z")
     assert row["github_issue"] == ""
@@ -293,6 +295,7 @@ def test_json_export_and_search_format_parameter(client: Client, tried: dict[str
     unsure = next(r for r in data["results"] if r["title"] == "Z-loss")
     assert unsure["runs_total"] == 0
     assert unsure["best_value"] is None
+    assert unsure["best_value_text"] is None
     csv_rows = _csv(client.get("/search/", {"q": "", "format": "csv"}))
     assert len(csv_rows) == 4
 

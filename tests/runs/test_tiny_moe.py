@@ -283,7 +283,10 @@ def test_knobs_change_the_curves_and_mfu_counts_attention(tmp_path: Path) -> Non
     assert roomy["train/loss"] < 0.75 * math.log(256)
     cfg = base
     assert flops_per_token(cfg) == 6 * param_count(cfg, active=True) + 12 * 1 * 64 * 32
-    stated = roomy["throughput/mfu"] * cfg["peak_flops"] / roomy["throughput/tokens_per_second"]
+    # MFU in percent, as Levanter logs it: model FLOP/s over the peak, times 100.
+    stated = (
+        roomy["throughput/mfu"] / 100 * cfg["peak_flops"] / roomy["throughput/tokens_per_second"]
+    )
     assert stated == pytest.approx(flops_per_token(cfg))
 
 

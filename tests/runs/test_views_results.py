@@ -87,7 +87,7 @@ def test_page_shows_run_table_with_diff_only_config_and_live_flag(
     baseline, _low, high = _runs(plan)
     _move(high, RunState.RUNNING)
     _report(high, "train/loss", [5.0, 4.0, 3.25], every=4)
-    _report(high, "throughput/mfu", [0.1, 0.2, 0.25], every=4)
+    _report(high, "throughput/mfu", [10.0, 20.0, 25.0], every=4)  # percent, as Levanter logs it
 
     page = client.get(f"/proposals/{proposal.pk}/").content.decode()
 
@@ -537,7 +537,7 @@ def test_run_table_default_columns_are_the_declared_metrics_others_on_demand(
 
     wide = client.get(f"/plans/{plan.pk}/runs/?columns=attempt,run_seconds&columns=nonsense")
     wide_headers = headers(wide.content.decode())
-    assert wide_headers[-2:] == ["Run time (seconds)", "Attempt"]
+    assert wide_headers[-2:] == ["Run time (s)", "Attempt"]
     assert "nonsense" not in wide.content.decode()
     # Sorting keeps the chosen columns.
     assert 'data-table-query="columns=attempt,run_seconds&amp;sort=eval/loss"' in (

@@ -11,7 +11,8 @@ on the Python standard library's own source, cut into two sources mixed by ``dat
 Reports ``train/loss``, ``eval/loss`` (held-out files, the same windows of each source
 whatever the mix, averaged over the sources; ``eval/code/loss`` and ``eval/docs/loss`` each),
 ``throughput/tokens_per_second``, ``throughput/mfu`` (model FLOP/s, attention included, over
-the stated ``peak_flops``), ``moe/drop_fraction`` and ``moe/load_balance_loss`` through
+the stated ``peak_flops``, in percent as Levanter logs it), ``moe/drop_fraction`` (a fraction,
+0-1, as Marin's expert-parallel loop logs it) and ``moe/load_balance_loss`` through
 ``marin_client.client``, prints its progress, and writes ``tracker_metrics.jsonl`` (``config`` and
 ``summary``, as Levanter does). Same config and seed, same losses. Exit code 2 means the
 config was refused.
@@ -192,7 +193,7 @@ def train(cfg: dict[str, Any], client: RunClient | None, out_dir: Path) -> dict[
         metrics = {
             "train/loss": loss,
             "throughput/tokens_per_second": tokens_per_step / seconds,
-            "throughput/mfu": flops_per_step / seconds / cfg["peak_flops"],
+            "throughput/mfu": 100.0 * flops_per_step / seconds / cfg["peak_flops"],
             "moe/drop_fraction": stats.drop_fraction,
             "moe/load_balance_loss": stats.balance_loss / cfg["depth"],
         }

@@ -14,7 +14,9 @@ from rest_framework.test import APIClient
 from runs.alerts.models import Alert, AlertKind
 from runs.campaigns import selectors, services, stitching
 from runs.campaigns.models import Campaign, Intervention
+from runs.metrics.declarations import declarations_parse
 from runs.models import Run
+from runs.recipes.demo import TINY_MOE
 from tests.factories import UserFactory
 from tests.runs.campaigns.campaign_helpers import (
     THREE_POINT_SPEC,
@@ -27,8 +29,8 @@ from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 
-MFU_BEFORE = (0.20, 0.21, 0.22)
-MFU_AFTER = (0.26, 0.27, 0.28)
+MFU_BEFORE = (20.0, 21.0, 22.0)  # in percent, as Levanter logs it and the recipe declares it
+MFU_AFTER = (26.0, 27.0, 28.0)
 INTERVENTION_STEP = 1100
 
 
@@ -38,7 +40,7 @@ def attempt_a(step: int) -> dict[str, Any]:
 
 def mfu_of_b(step: int) -> float:
     # B's steps from 1000 on are superseded by C: a value no stitched figure may show.
-    return 0.9 if step >= 1000 else MFU_BEFORE[step % 3]
+    return 90.0 if step >= 1000 else MFU_BEFORE[step % 3]
 
 
 def mfu_of_c(step: int) -> float:
@@ -136,18 +138,23 @@ def test_intervention_before_and_after_is_read_off_the_stitched_data(
     members = stitching.campaign_members(campaign_id=campaign.pk)
     intervention = Intervention.objects.get(campaign=campaign)
     effect = selectors.intervention_effect(
-        intervention=intervention, members=members, key="throughput/mfu"
+        intervention=intervention,
+        members=members,
+        key="throughput/mfu",
+        declaration=declarations_parse(TINY_MOE["metrics"])["throughput/mfu"],
     )
-    # Before: steps 900-1099, B up to 999 and C from 1000 (B's 0.9 from 1000 on is replaced).
+    # Before: steps 900-1099, B up to 999 and C from 1000 (B's 90 from 1000 on is replaced).
     assert effect["before"]["n"] == 200 and effect["after"]["n"] == 200
-    assert effect["before"]["median"] == pytest.approx(0.21)
-    assert (effect["before"]["p25"], effect["before"]["p75"]) == pytest.approx((0.20, 0.22))
-    assert effect["after"]["median"] == pytest.approx(0.27)
+    assert effect["before"]["median"] == pytest.approx(21.0)
+    assert (effect["before"]["p25"], effect["before"]["p75"]) == pytest.approx((20.0, 22.0))
+    assert effect["after"]["median"] == pytest.approx(27.0)
     assert effect["text"] == "21.0% → 27.0%"
+    assert (effect["before"]["range"], effect["after"]["range"]) == ("20.0%–22.0%", "26.0%–28.0%")
     page = client.get("/campaigns/big-run/")
     assert page.status_code == 200
     html = page.content.decode()
     assert "21.0% → 27.0%" in html
+    assert 'interquartile <span class="effect-range" data-side="before">20.0%–22.0%</span>' in html
     assert "<strong>landed</strong>" in html and "<script>alert(1)" not in html
     annotated = chart(api_as(maintainer))["interventions"]
     assert [(i["step"], i["tokens"]) for i in annotated] == [(1100, 1_100_000.0)]

@@ -1,5 +1,6 @@
-"""Recipes declare their metrics: units are kept (converted or refused), labels and columns
-follow the declarations, undeclared keys still show under "other metrics"."""
+"""Recipes declare their metrics: values are stored as logged (and refused outside the
+range of the unit they are logged in), shown in the declared unit (``runs.metrics.display``),
+labels and columns follow the declarations, undeclared keys still show under "other metrics"."""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 DECLARED = [
     {
         "key": "throughput/mfu",
-        "unit": "fraction",
+        "unit": "percent",
         "direction": "higher",
         "display": "MFU",
         "column": True,
@@ -36,7 +37,14 @@ DECLARED = [
         "display": "Train loss",
         "column": True,
     },
-    {"key": "hw/util", "unit": "percent", "logged_as": "fraction", "display": "Utilisation"},
+    {
+        "key": "hw/util",
+        "unit": "percent",
+        "logged_as": "fraction",
+        "display": "Utilisation",
+        "column": True,
+    },
+    {"key": "moe/drop_fraction", "unit": "fraction", "display": "Dropped tokens"},
 ]
 
 
@@ -79,41 +87,52 @@ def stored(run: Run, key: str) -> list[float]:
     )
 
 
-def test_a_fraction_logged_in_percent_is_converted(running: tuple[Run, str]) -> None:
+def test_a_percent_is_stored_as_logged(running: tuple[Run, str]) -> None:
+    """Levanter's MFU, a percent: stored as it came, 22.8 (never multiplied again)."""
     run, token = running
     assert (
         send(run, token, [("throughput/mfu", 1, 22.8), ("throughput/mfu", 2, 23.5)]).status_code
         == 200
     )
-    assert stored(run, "throughput/mfu") == pytest.approx([0.228, 0.235])
-    assert send(run, token, [("throughput/mfu", 3, 0.24)]).status_code == 200
-    assert stored(run, "throughput/mfu") == pytest.approx([0.228, 0.235, 0.24])
+    assert stored(run, "throughput/mfu") == pytest.approx([22.8, 23.5])
 
 
-def test_a_value_that_is_neither_fraction_nor_percent_is_refused(running: tuple[Run, str]) -> None:
+def test_a_fraction_logged_in_percent_is_refused_naming_logged_as(
+    running: tuple[Run, str],
+) -> None:
+    run, token = running
+    response = send(run, token, [("train/loss", 1, 2.0), ("moe/drop_fraction", 1, 7.8)])
+    assert response.status_code == 400
+    message = json.dumps(response.json())
+    assert "moe/drop_fraction is logged as a fraction (0-1)" in message
+    assert "7.8 at step 1" in message
+    assert "logged_as: percent" in message
+    assert send(run, token, [("moe/drop_fraction", 2, 0.078)]).status_code == 200
+    assert stored(run, "moe/drop_fraction") == [pytest.approx(0.078)]
+
+
+def test_a_value_outside_its_logged_unit_is_refused(running: tuple[Run, str]) -> None:
     run, token = running
     response = send(run, token, [("train/loss", 1, 2.0), ("throughput/mfu", 1, 2280.0)])
     assert response.status_code == 400
     message = json.dumps(response.json())
-    assert "throughput/mfu is declared a fraction" in message
+    assert "throughput/mfu is logged as a percent (0-100)" in message
     assert "2280.0 at step 1" in message
     assert not MetricPoint.objects.filter(run=run).exists()  # the whole batch
 
 
-def test_a_percent_logged_as_a_fraction_is_multiplied(running: tuple[Run, str]) -> None:
+def test_a_percent_logged_as_a_fraction_is_stored_as_a_fraction(running: tuple[Run, str]) -> None:
     run, token = running
     assert send(run, token, [("hw/util", 1, 0.5)]).status_code == 200
-    assert stored(run, "hw/util") == [50.0]
+    assert stored(run, "hw/util") == [0.5]
     assert send(run, token, [("hw/util", 2, 50.0)]).status_code == 400
 
 
-def test_the_mlflow_door_converts_too(running: tuple[Run, str]) -> None:
+def test_the_mlflow_door_stores_what_the_client_logged(running: tuple[Run, str]) -> None:
     run, token = running
     body = {
         "run_id": str(run.pk),
-        "metrics": [
-            {"key": "throughput/mfu", "value": 41.0, "timestamp": 1_800_000_000_000, "step": 3}
-        ],
+        "metrics": [{"key": "hw/util", "value": 0.41, "timestamp": 1_800_000_000_000, "step": 3}],
     }
     response = Client().post(
         "/mlflow/api/2.0/mlflow/runs/log-batch",
@@ -122,8 +141,8 @@ def test_the_mlflow_door_converts_too(running: tuple[Run, str]) -> None:
         HTTP_AUTHORIZATION=f"Bearer {token}",
     )
     assert response.status_code == 200, response.content
-    assert stored(run, "throughput/mfu") == pytest.approx([0.41])
-    body["metrics"][0]["value"] = 4100.0  # type: ignore[index]
+    assert stored(run, "hw/util") == pytest.approx([0.41])
+    body["metrics"][0]["value"] = 41.0  # type: ignore[index]
     refused = Client().post(
         "/mlflow/api/2.0/mlflow/runs/log-batch",
         data=json.dumps(body),
@@ -134,7 +153,7 @@ def test_the_mlflow_door_converts_too(running: tuple[Run, str]) -> None:
     assert refused.json()["error_code"] == "INVALID_PARAMETER_VALUE"
 
 
-def test_an_imported_summary_is_put_in_declared_units(running: tuple[Run, str]) -> None:
+def test_an_imported_summary_is_kept_as_logged(running: tuple[Run, str]) -> None:
     run, token = running
     response = APIClient().post(
         f"/api/v1/runs/{run.pk}/tracker-metrics/",
@@ -145,7 +164,7 @@ def test_an_imported_summary_is_put_in_declared_units(running: tuple[Run, str]) 
         HTTP_AUTHORIZATION=f"Bearer {token}",
     )
     assert response.status_code == 200
-    assert response.json()["final_metrics"] == {"throughput/mfu": pytest.approx(0.31), "x": 1.0}
+    assert response.json()["final_metrics"] == {"throughput/mfu": pytest.approx(31.0), "x": 1.0}
 
 
 def test_the_run_page_shows_declared_units_and_other_metrics(running: tuple[Run, str]) -> None:
@@ -168,12 +187,18 @@ def test_the_run_table_takes_the_declared_columns_with_their_units(
     running: tuple[Run, str],
 ) -> None:
     run, token = running
-    send(run, token, [("throughput/mfu", 1, 0.5)])
+    send(run, token, [("throughput/mfu", 1, 17.4), ("hw/util", 1, 0.5)])
     table = run_table.plan_run_table(plan=run.plan)
-    assert table.metric_keys == ["throughput/mfu", "train/loss"]
-    assert [c.label for c in table.metric_columns] == ["MFU (%)", "Train loss (nats)"]
+    assert table.metric_keys == ["throughput/mfu", "train/loss", "hw/util"]
+    assert [c.label for c in table.metric_columns] == [
+        "MFU (%)",
+        "Train loss (nats)",
+        "Utilisation (%)",
+    ]
     html = Client().get(f"/plans/{run.plan_id}/runs/").content.decode()
-    assert "50.0%" in html
+    row = html.split(f'id="run-row-{run.pk}"', 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num" data-metric-key="throughput/mfu">17.4%' in row
+    assert '<td class="num" data-metric-key="hw/util">50.0%' in row
 
 
 def test_without_declarations_the_table_keeps_its_default_columns(recipe: Recipe) -> None:

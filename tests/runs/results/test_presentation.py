@@ -108,25 +108,42 @@ def test_the_run_table_the_charts_and_the_png_label_runs_alike(client: Client, r
             )
 
 
-def test_a_declared_unit_decides_how_a_value_is_written() -> None:
+def test_the_presentation_names_write_values_by_the_one_display_rule() -> None:
+    """The results' names for a value's text are ``runs.metrics.display``'s rule."""
     mfu = MetricDeclaration(key="throughput/mfu", unit="percent", display="MFU")
     assert presentation.metric_text(41.0, mfu.key, mfu) == "41.0%"
-    assert presentation.metric_text(0.41, mfu.key) == "41.0%"  # undeclared: the key decides
+    assert presentation.metric_text(0.41, mfu.key) == "0.4100"  # undeclared: as logged
+    logged_as = MetricDeclaration(key="x", unit="percent", logged_as="fraction", display="X")
+    assert presentation.metric_text(0.41, "x", logged_as) == "41.0%"
     drop = MetricDeclaration(key="moe/drop_fraction", unit="fraction")
-    assert presentation.metric_text(0.125, drop.key, drop) == "12.5%"
-    assert presentation.metric_text(0.125, drop.key) == "0.125"
+    assert presentation.metric_text(0.125, drop.key, drop) == "0.125"
     seconds = MetricDeclaration(key="run_seconds", unit="seconds")
     assert presentation.metric_text(12.34, seconds.key, seconds) == "12.3 s"
-    loss = MetricDeclaration(key="train/loss", unit="nats")  # no rule of its own: the key's
+    loss = MetricDeclaration(key="train/loss", unit="nats")
     assert presentation.metric_text(2.5, loss.key, loss) == "2.5000"
     assert presentation.spread_text({"mean": 41.0, "std": 1.0}, mfu.key, mfu) == "41.0% ± 1.0%"
+    assert presentation.delta_text(-0.5, 0.25, "x", logged_as) == "−50.0% ± 25.0%"
 
 
 def test_a_declared_metric_is_labelled_with_its_name_and_unit() -> None:
     assert presentation.metric_label("throughput/mfu") == "throughput/mfu"
-    mfu = MetricDeclaration(key="throughput/mfu", unit="fraction", display="MFU")
+    mfu = MetricDeclaration(key="throughput/mfu", unit="percent", display="MFU")
     assert presentation.metric_label(mfu.key, mfu) == "MFU (%)"
+    drop = MetricDeclaration(key="moe/drop_fraction", unit="fraction", display="Dropped")
+    assert presentation.metric_label(drop.key, drop) == "Dropped (fraction)"
     loss = MetricDeclaration(key="train/loss", unit="nats", direction="lower")
     assert presentation.metric_label(loss.key, loss) == "train/loss (nats)"
     assert presentation.direction_text(loss) == "lower is better"
     assert presentation.direction_text(None) == ""
+
+
+def test_a_suggested_verdict_is_written_in_words() -> None:
+    assert presentation.verdict_text("did_not_work") == "Did not work"
+    assert presentation.verdict_text("worked") == "Worked"
+    assert presentation.verdict_text("anything else") == "–"
+
+
+def test_the_verdict_words_are_the_outcomes_labels() -> None:
+    from proposals.models import Outcome
+
+    assert presentation.VERDICT_LABELS == dict(Outcome.choices)

@@ -252,7 +252,7 @@ def test_seeds_give_mean_std_and_delta_and_noise_makes_the_verdict_inconclusive(
     ablation_run = runs[(False, 0)]
     assert f"| {ablation_run.pk} | – | 0 | capacity_factor=2 | finished |" in markdown
     assert "'value'" not in markdown
-    assert "Suggested verdict: **inconclusive**: every difference" in markdown
+    assert "Suggested verdict: **Inconclusive**: every difference" in markdown
 
 
 def test_seeds_outside_the_noise_can_work(recipe: Any) -> None:
@@ -339,4 +339,11 @@ def test_the_result_table_writes_a_declared_unit_as_the_pages_do() -> None:
         "units": {"throughput/mfu": "percent"},  # Marin's recipe: MFU declared in percent
     }
     assert "| 41.0% |" in results.summary_markdown(summary)
-    assert "| 4100.0% |" in results.summary_markdown({**summary, "units": {}})
+    assert "| MFU (%) |" not in results.summary_markdown(summary)  # a summary kept before names
+    declared = {"throughput/mfu": {"unit": "percent", "logged_as": "fraction", "display": "MFU"}}
+    as_fraction = {**summary, "declared": declared}
+    as_fraction["runs"] = [{**row, "metrics": {"throughput/mfu": 0.41}}]
+    markdown = results.summary_markdown(as_fraction)
+    assert "| MFU (%) |" in markdown  # the column is titled as on the pages
+    assert "| 41.0% |" in markdown
+    assert "| 41.0000 |" in results.summary_markdown({**summary, "units": {}})  # as logged

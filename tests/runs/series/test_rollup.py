@@ -198,7 +198,7 @@ def test_plan_series_shape(api: APIClient, recipe: Any) -> None:
     rollup.series_refresh(run_id=runs[0].pk)
     rollup.series_refresh(run_id=runs[1].pk)
     body = plan_series(api, plan)
-    assert set(body) == {"plan", "active", "keys", "runs", "series"}
+    assert set(body) == {"plan", "active", "keys", "metrics", "runs", "series"}
     assert body["plan"] == plan.pk
     assert body["active"] is True
     assert body["keys"] == ["eval/loss", "train/loss"]
@@ -279,11 +279,11 @@ def test_runs_series_for_the_compare_page(
         write(run, "train/loss", [0, 5], [2.0, 1.0])
         rollup.series_refresh(run_id=run.pk)
     ids = f"{picked[0].pk},{picked[1].pk},{picked[0].pk},999999"
-    with django_assert_num_queries(3):
+    with django_assert_num_queries(4):
         response = api.get("/api/v1/runs/series/", {"ids": ids, "points": "100"})
     assert response.status_code == 200
     body = response.json()
-    assert set(body) == {"active", "keys", "runs", "series"}
+    assert set(body) == {"active", "keys", "metrics", "runs", "series"}
     assert [r["id"] for r in body["runs"]] == [picked[0].pk, picked[1].pk]
     assert set(body["runs"][0]["axes"]) == {"capacity_factor", "seed"}
     assert body["runs"][1]["axes"] == {"capacity_factor": 1.0}  # the baseline's value
