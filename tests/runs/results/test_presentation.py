@@ -146,4 +146,4 @@ def test_a_suggested_verdict_is_written_in_words() -> None:
 def test_the_verdict_words_are_the_outcomes_labels() -> None:
     from proposals.models import Outcome
 
-    assert presentation.VERDICT_LABELS == dict(Outcome.choices)
+    assert dict(Outcome.choices) == presentation.VERDICT_LABELS
