@@ -29,7 +29,7 @@ from django.db.models.functions import Cast, Coalesce
 from marin_site.doors import Door
 from marin_site.events import verb_label
 from marin_site.fragments import Fragments
-from proposals.models import Comment, Event, Proposal, Review, State
+from proposals.models import Comment, Event, Outcome, Proposal, Review, State
 from runs.models import Run, RunEvent, RunState
 
 # The proposal page shows this many of the latest timeline entries; the API has them all.
@@ -278,6 +278,16 @@ TIMELINE_COLUMNS = (
 )
 
 
+# A state or an outcome a timeline row names, in words: "Changes requested", "Did not work"
+# (a run's states are words already).
+_STATE_LABELS = {**dict(State.choices), **dict(Outcome.choices)}
+
+
+def state_label(code: str) -> str:
+    """A proposal state, an outcome or a run state as the page writes it, never its code."""
+    return str(_STATE_LABELS.get(code, code.replace("_", " ")))
+
+
 @dataclass(frozen=True)
 class TimelineEntry:
     """One row of a proposal's timeline: its own event, or an event of one of its runs."""
@@ -300,6 +310,14 @@ class TimelineEntry:
     @property
     def verb_label(self) -> str:
         return verb_label(self.verb)
+
+    @property
+    def from_label(self) -> str:
+        return state_label(self.from_state)
+
+    @property
+    def to_label(self) -> str:
+        return state_label(self.to_state)
 
     @classmethod
     def of_row(cls, row: dict[str, Any]) -> TimelineEntry:

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from proposals import follow_views, views
+from proposals import follow_views, live, views
 from proposals.feeds import FEEDS, InterventionsFeed
 
 app_name = "proposals"
@@ -10,6 +10,7 @@ urlpatterns = [
     path("proposals/new/", views.proposal_create, name="create"),
     path("proposals/review-queue/", views.review_queue, name="review-queue"),
     path("proposals/<int:pk>/", views.proposal_detail, name="detail"),
+    path("proposals/<int:pk>/live/", live.proposal_live, name="live"),
     path("proposals/<int:pk>/edit/", views.proposal_edit, name="edit"),
     path(
         "proposals/<int:pk>/transition/<str:action>/", views.proposal_transition, name="transition"

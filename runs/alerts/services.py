@@ -288,13 +288,49 @@ def alerts_not_finite(*, run: Run, first_steps: dict[str, int], door: str = Door
     return opened
 
 
+def silence_message(*, run: Run, quiet: timedelta, allowed: Any, last: Any) -> str:
+    """A silence alert in words a reader can act on: how long the run has been quiet, who
+    runs it (so who can look), what to do, and what happens next by itself."""
+    said = (
+        f"No heartbeat for {int(quiet.total_seconds())} s (the rule allows {allowed} s); "
+        f"last heard at {last:%Y-%m-%d %H:%M:%S} UTC."
+    )
+    if run.executor == "external":
+        who = (
+            "It runs outside the site, where it was claimed: whoever runs it should check "
+            "that its process is alive and reports with its token."
+        )
+    elif run.executor.startswith("pool:"):
+        who = (
+            f"An agent of {run.executor} runs it: check the agent's machine, or its lease "
+            "lapses and the run goes back to the queue."
+        )
+    elif run.external_id:
+        who = f"Its job on {run.executor} may have stopped: its log is on the run's page."
+    else:
+        who = "No job of this site runs it: whatever reports for it has gone quiet."
+    return (
+        f"{said} {who} A maintainer can cancel it on its run page; after "
+        f"{run.heartbeat_timeout_seconds} s without a heartbeat it is marked crashed and "
+        "this alert closes."
+    )
+
+
 def alerts_silence_check() -> dict[str, int]:
     """The periodic pass (Celery beat): open a silence alert on each running run whose
     heartbeat has been quiet longer than its rule allows, close those that hear it again."""
     now = timezone.now()
     opened = closed = 0
     for run in Run.objects.filter(state=RunState.RUNNING).only(
-        "pk", "plan_id", "recipe_name", "recipe_version", "heartbeat_at", "started_at"
+        "pk",
+        "plan_id",
+        "recipe_name",
+        "recipe_version",
+        "heartbeat_at",
+        "started_at",
+        "executor",
+        "external_id",
+        "heartbeat_timeout_seconds",
     ):
         rule = next(
             (r for r in rules.rules_for_run(run_id=run.pk) if r.kind == AlertKind.SILENCE),
@@ -313,8 +349,9 @@ def alerts_silence_check() -> dict[str, int]:
                         key="",
                         step=None,
                         value=None,
-                        message=f"no heartbeat for {int(quiet.total_seconds())} s "
-                        f"(the rule allows {rule.params['seconds']} s); last at {last:%Y-%m-%d %H:%M:%S} UTC",
+                        message=silence_message(
+                            run=run, quiet=quiet, allowed=rule.params["seconds"], last=last
+                        ),
                         door=Door.WORKER,
                     )
                     is not None

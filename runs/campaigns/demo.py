@@ -20,9 +20,11 @@ from django.utils import timezone
 
 from runs.campaigns import services as campaign_services
 from runs.campaigns.models import Campaign, InterventionKind, Phase
+from runs.executors.external import EXTERNAL
+from runs.executors.external import PREFIX as EXTERNAL_PREFIX
 from runs.metrics.ingest import metrics_ingest
 from runs.metrics.parse import PointBatch
-from runs.models import MetricSummary, Plan, PlanLaunch, Recipe, Run, RunState
+from runs.models import MetricSummary, Plan, PlanLaunch, Recipe, Run, RunOrigin, RunState
 from runs.series.rollup import series_refresh
 from runs.services import dispatch, plans
 
@@ -39,6 +41,7 @@ KERNEL_STEP = 1800
 MIX_STEP = 3000
 MIX_BEFORE = {"web": 0.6, "code": 0.25, "math": 0.15}
 MIX_AFTER = {"web": 0.45, "code": 0.3, "math": 0.25}
+DEMO_WHERE = "Marin's TPU v5p pods (a demo: no process reports for it, so it goes quiet)"
 DESCRIPTION = """A demo of a long **mixture-of-experts** run trained in public: 23B active of
 535B parameters. Its attempts are stitched into one curve by tokens seen; the interventions
 below are measured from the data, not typed.
@@ -183,6 +186,18 @@ def demo_campaign_seed(*, actor: Any, recipe: Recipe) -> Campaign | None:
             if state == RunState.RUNNING
             else "preempted: restarted from a checkpoint",
         )
+        if state == RunState.RUNNING:
+            # As Marin's real run is: executed on its own cluster, reporting with its token.
+            # Nothing reports for the demo's, so it goes quiet: its silence alert says so and
+            # what to do, and the reconciler marks it crashed after its heartbeat timeout.
+            Run.objects.filter(pk=run.pk).update(
+                executor=EXTERNAL,
+                external_id=f"{EXTERNAL_PREFIX}demo-{run.pk}",
+                origin=RunOrigin.CLAIMED,
+                claimed_by=actor,
+                claimed_at=now,
+                claim_where=DEMO_WHERE,
+            )
         phase = Phase.COOLDOWN if attempt == 2 else Phase.PRETRAINING
         campaign_services.campaign_run_add(
             campaign=campaign,

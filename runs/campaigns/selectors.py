@@ -193,6 +193,7 @@ def campaign_chart_data(*, campaign: Campaign, points: int) -> bytes:
             "phase": m.phase,
             "step": first_steps.get(m.source_id),
             "tokens": tokens_of(first_steps[m.source_id]) if m.source_id in first_steps else None,
+            "state": m.state,  # the page's attempts table follows it
         }
         for m in members
     ]
@@ -216,6 +217,11 @@ def campaign_chart_data(*, campaign: Campaign, points: int) -> bytes:
         "restarts": restarts,
         "progress": progress,
         "flops_per_token": campaign.flops_per_token,
+        # The page's open alerts follow the same poll (titles and links; opened_at as ISO).
+        "alerts": [
+            {"title": a["title"], "url": a["url"], "opened_at": a["opened_at"].isoformat()}
+            for a in campaign_open_alerts(campaign=campaign)
+        ],
     }
     return orjson.dumps(payload, option=orjson.OPT_SERIALIZE_NUMPY)
 

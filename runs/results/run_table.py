@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import cached_property
 from typing import Any
 from urllib.parse import urlencode
 
 from django.conf import settings
 from django.urls import reverse
+from django.utils import timezone
 
 from runs.metrics import display
 from runs.metrics.declarations import MetricDeclaration, declarations_parse
@@ -38,6 +40,7 @@ CHART_KEYS_FIRST = (
 DEFAULT_CHARTS = 8
 SERIES_POINTS = 500
 POLL_MILLISECONDS = 3000  # how often a page with active runs refreshes its table and charts
+SUMMARY_WAIT_SECONDS = 600  # how long after its last run ended a page waits for the results
 COMPARE_MAX_RUNS = 100
 STATE_ORDER = {
     RunState.RUNNING: 0,
@@ -155,6 +158,30 @@ class RunTable:
         return display.MetricDisplay.of(key, self.declarations.get(key))
 
     @property
+    def awaiting_summary(self) -> bool:
+        """Whether every run has ended and the plan's results are still being summarised
+        (``runs.results.summary``): the page keeps following it until they arrive, for at
+        most ``SUMMARY_WAIT_SECONDS`` after the last run ended."""
+        launch = self.launch
+        if (
+            launch is None
+            or launch.expanded_at is None
+            or launch.finished_at is not None
+            or launch.canceled_at is not None
+            or not self.rows
+            or self.active
+        ):
+            return False
+        ended = [row.run.finished_at for row in self.rows if row.run.finished_at is not None]
+        last = max(ended, default=None)
+        return last is None or timezone.now() - last < timedelta(seconds=SUMMARY_WAIT_SECONDS)
+
+    @property
+    def live(self) -> bool:
+        """Whether a page showing the table polls it: something can still change."""
+        return self.active or self.awaiting_summary
+
+    @property
     def other_keys(self) -> list[str]:
         """Keys a chart can be added for: logged as points, not charted yet."""
         return [k for k in self.logged_keys if k not in self.chart_keys]
@@ -188,6 +215,18 @@ class RunTable:
     def metric_declarations(self) -> list[MetricDeclaration]:
         """The metric columns' declarations, in order: the seed table writes their units."""
         return [self.declaration(key) for key in self.metric_keys]
+
+    @property
+    def has_scales(self) -> bool:
+        """Whether the plan's grid has a scale axis (the seed table's Scale column)."""
+        return "scale" in self.axes
+
+    @property
+    def seed_declarations(self) -> list[MetricDeclaration]:
+        """The seed table's columns: the metric columns some run has a value of (a column
+        of dashes only widens the table)."""
+        present = {key for values in self.values.values() for key in values}
+        return [self.declaration(key) for key in self.metric_keys if key in present]
 
     @property
     def criterion(self) -> MetricDeclaration | None:

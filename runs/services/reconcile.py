@@ -39,7 +39,17 @@ def run_reconcile(*, run_id: int) -> Run | None:
         return run
     if is_pull_executor(run.executor):  # the lease is the truth
         return run_reconcile_leased(run_id=run_id)
-    executor = get_executor(run.executor)
+    try:
+        executor = get_executor(run.executor)
+    except ExecutorError:  # no executor this site knows runs it: its heartbeat is the truth
+        if run.cancel_requested_at is not None:
+            return run_transition(
+                run_id=run_id,
+                to_state=RunState.KILLED,
+                door=Door.WORKER,
+                message="canceled; no executor of this site ran it",
+            )
+        return _crash_if_stale(run, executor_cancel=None)
     if not run.external_id:
         if run.cancel_requested_at is not None:
             return run_transition(

@@ -7,6 +7,8 @@ from typing import Any
 
 from django import template
 from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
 from runs.metrics.declarations import MetricDeclaration
 from runs.metrics.steady import is_steady_state_key
@@ -36,8 +38,12 @@ def series_url(plan_id: int) -> str:
 
 
 @register.inclusion_tag("runs/_results.html", takes_context=True)
-def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]:
-    """``{% plan_results proposal.plan %}``: the live report of a launched plan."""
+def plan_results(
+    context: template.Context, plan: Plan | None, live_url: str = ""
+) -> dict[str, Any]:
+    """``{% plan_results proposal.plan live_url %}``: the live report of a launched plan.
+    ``live_url`` answers the page's poll (the run table, and whatever else of the page
+    follows the runs: ``proposals.live``); the plan's run table alone without it."""
     if plan is None:
         return {"table": None}
     request = context.get("request")
@@ -58,7 +64,7 @@ def plan_results(context: template.Context, plan: Plan | None) -> dict[str, Any]
         else None,
         "ladder_rules": LADDER_RULES,
         "irreducible_law": IRREDUCIBLE_LAW,
-        "table_url": reverse("plan-run-table", kwargs={"plan_id": plan.pk}),
+        "table_url": live_url or reverse("plan-run-table", kwargs={"plan_id": plan.pk}),
         "series_url": f"{series_url(plan.pk)}?{run_table.series_query(table.chart_keys)}",
         "png_url": reverse("plan-loss-png", kwargs={"plan_id": plan.pk}),
         "results_config": {"plan": plan.pk, "pollMs": run_table.POLL_MILLISECONDS, "runAxes": {}},
@@ -104,6 +110,27 @@ def spread(group: Any, spec: Any) -> str:
     key, declaration = _metric(spec)
     stats = (group.get("stats") or {}).get(key) if isinstance(group, dict) else None
     return presentation.spread_text(stats, key, declaration)
+
+
+def _two_lines(text: str) -> SafeString:
+    """``3.0100 ± 0.0141`` with the part from ``±`` on a line of its own in a narrow table
+    cell (the text reads the same)."""
+    head, sep, tail = text.partition(" ± ")
+    if not sep:
+        return format_html("{}", text)
+    return format_html('{}<span class="spread-sd"> ± {}</span>', head, tail)
+
+
+@register.filter
+def spread_cell(group: Any, spec: Any) -> SafeString:
+    """``spread`` for the seed table's narrow cells: the ± part on its own line."""
+    return _two_lines(spread(group, spec))
+
+
+@register.filter
+def delta_cell(group: Any, spec: Any) -> SafeString:
+    """``delta`` for the seed table's narrow cells: the ± part on its own line."""
+    return _two_lines(delta(group, spec))
 
 
 @register.filter

@@ -233,6 +233,35 @@
     if (p.phase) setText("campaign-phase", p.phase);
   };
 
+  /** The attempts' states and the open alerts, from the same poll as the charts. */
+  const showAttempts = (restarts) => {
+    for (const r of restarts || []) {
+      const badge = document.querySelector(`tr[data-run-id="${Number(r.run)}"] [data-attempt-state]`);
+      if (!badge || !r.state || badge.textContent === r.state) continue;
+      badge.textContent = r.state;
+      badge.className = `badge state-${r.state.replace(/[^a-z-]/g, "")}`;
+    }
+  };
+  const showAlerts = (alerts) => {
+    const section = document.getElementById("campaign-alerts");
+    if (!section || !Array.isArray(alerts)) return;
+    const shown = JSON.stringify(alerts.map((a) => [a.title, a.url]));
+    if (section.dataset.shown === shown) return;
+    section.dataset.shown = shown;
+    section.dataset.openAlerts = String(alerts.length);
+    const heading = section.querySelector("h2");
+    const body = alerts.length ? el("ul", "alerts") : el("p", "muted", "No alerts open.");
+    for (const a of alerts) {
+      const item = el("li", "alert");
+      item.setAttribute("role", "alert");
+      const link = el("a", "", a.title);
+      if (typeof a.url === "string" && a.url.startsWith("/")) link.href = a.url;
+      item.append(link, " ", el("span", "muted small", `since ${String(a.opened_at).slice(0, 16).replace("T", " ")}`));
+      body.append(item);
+    }
+    section.replaceChildren(heading, body);
+  };
+
   const drawAll = () => {
     if (!latest || typeof uPlot === "undefined") return;
     for (const figure of box.querySelectorAll("figure.chart")) {
@@ -242,6 +271,8 @@
       else drawKey(figure);
     }
     showProgress(latest.progress);
+    showAttempts(latest.restarts);
+    showAlerts(latest.alerts);
     box.dataset.version = String(version);
   };
 

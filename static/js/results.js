@@ -189,6 +189,24 @@
     showPicks();
   }
 
+  /* Live panels (proposals/live.py): the poll's answer carries, after the table, the page's
+   * other panels that follow the runs as <template data-live-panel=NAME data-version=V>.
+   * A panel replaces its slot when it says something new, unless the reader is typing in it. */
+  const typing = new WeakSet();
+  document.addEventListener("input", (event) => {
+    const slot = event.target.closest && event.target.closest("[data-live-slot]");
+    if (slot) typing.add(slot);
+  });
+  const applyPanels = (box) => {
+    for (const panel of box.querySelectorAll("template[data-live-panel]")) {
+      const slot = document.querySelector(`[data-live-slot="${CSS.escape(panel.dataset.livePanel)}"]`);
+      panel.remove();
+      if (!slot || slot.dataset.version === panel.dataset.version || typing.has(slot)) continue;
+      slot.replaceChildren(panel.content.cloneNode(true));
+      slot.dataset.version = panel.dataset.version;
+    }
+  };
+
   const refreshTable = async () => {
     if (!tableBox || !tableBox.dataset.tableUrl) return null;
     const url = new URL(tableBox.dataset.tableUrl, location.href);
@@ -198,6 +216,7 @@
     const html = await response.text();
     const ticked = new Set(Array.from(tableBox.querySelectorAll("input[name=ids]:checked"), (box) => box.value));
     tableBox.innerHTML = html; // rendered and escaped by Django's templates, same origin
+    applyPanels(tableBox);
     tableBox.querySelectorAll("input[name=ids]").forEach((box) => { box.checked = ticked.has(box.value); });
     showPicks();
     const box = tableBox.querySelector(".run-table-box");

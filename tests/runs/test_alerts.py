@@ -158,10 +158,38 @@ def test_silence_opens_after_the_rules_seconds_and_closes_when_heard_again(
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=200))
     assert services.alerts_silence_check()["opened"] == 1
     assert services.alerts_silence_check()["opened"] == 0  # opens once
-    assert "no heartbeat for 2" in Alert.objects.get(kind=AlertKind.SILENCE).message
+    message = Alert.objects.get(kind=AlertKind.SILENCE).message
+    assert message.startswith("No heartbeat for 2")
+    # What a reader can do about it, and what happens by itself.
+    assert "A maintainer can cancel it on its run page" in message
+    assert f"after {run.heartbeat_timeout_seconds} s without a heartbeat it is marked crashed" in (
+        message
+    )
     Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now())
     assert services.alerts_silence_check() == {"opened": 0, "closed": 1}
     assert services.alerts_silence_check() == {"opened": 0, "closed": 0}
+
+
+@pytest.mark.parametrize(
+    ("executor", "external_id", "who"),
+    [
+        ("external", "external-1", "It runs outside the site, where it was claimed"),
+        ("pool:lab", "", "An agent of pool:lab runs it"),
+        ("ray", "raysubmit_1", "Its job on ray may have stopped: its log is on the run's page"),
+        ("", "", "No job of this site runs it"),
+    ],
+)
+def test_a_silence_alert_says_who_runs_the_run(
+    running: tuple[Run, str], executor: str, external_id: str, who: str
+) -> None:
+    run, _ = running
+    Run.objects.filter(pk=run.pk).update(
+        executor=executor,
+        external_id=external_id,
+        heartbeat_at=timezone.now() - timedelta(seconds=200),
+    )
+    assert services.alerts_silence_check()["opened"] == 1
+    assert who in Alert.objects.get(kind=AlertKind.SILENCE).message
 
 
 def test_a_runs_alerts_close_when_it_ends(

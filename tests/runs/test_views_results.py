@@ -339,12 +339,21 @@ def test_seed_table_shows_mean_std_and_delta_against_the_noise(
 
     page = client.get(f"/proposals/{proposal.pk}/").content.decode()
 
+    note = page.split('id="seed-table-note"')[1].split("</p>")[0]
+    assert "Δ <code>eval/loss</code> against the baseline" in note
     table = page.split('id="seed-table"')[1].split("</table>")[0]
-    assert "Δ <code>eval/loss</code> against the baseline" in table
+    assert "Δ Eval loss (nats)</th>" in table
+    # only the columns some run has a value of: no column of dashes
+    assert "Throughput (tokens/s)" not in table and "Train loss" not in table
     baseline_row, variant_row = table.split('data-variant="')[1:3]
-    assert '<td class="num" data-metric-key="eval/loss">3.0100 ± 0.0141</td>' in baseline_row
-    assert '<td class="num" data-metric-key="eval/loss">2.7050 ± 0.0071</td>' in variant_row
-    assert "−0.3050 ± 0.0112" in variant_row
+    sd = '<span class="spread-sd"> ± {}</span>'  # the ± part on a line of its own
+    assert f'<td class="num" data-metric-key="eval/loss">3.0100{sd.format("0.0141")}</td>' in (
+        baseline_row
+    )
+    assert f'<td class="num" data-metric-key="eval/loss">2.7050{sd.format("0.0071")}</td>' in (
+        variant_row
+    )
+    assert f"−0.3050{sd.format('0.0112')}" in variant_row
     assert "outside the noise" in variant_row
     assert 'id="no-seed-spread"' not in page
 

@@ -52,6 +52,10 @@ BASELINE_SPREAD = 0.001
 SEED_OFFSETS = {None: 0.0, 0: -1.0, 1: 1.0, 2: 0.0}
 DEMO_STEPS = (0, 100, 200, 300, 400)
 DEMO_CURVE = (1.6, 0.7, 0.3, 0.1, 0.0)  # above the final loss at each of those steps
+# Telemetry as the trainers log it (Levanter's units): MFU in percent, tokens/s, the drop
+# fraction 0-1; each run a little apart, the same on every seeding.
+DEMO_MFU = {"tiny-moe": 18.0, "marin-moe": 38.0}
+DEMO_TOKENS_PER_SECOND = {"tiny-moe": 52_000.0, "marin-moe": 410_000.0}
 
 SPEC_CF = """axes:
   capacity_factor: [1.0, 1.25]
@@ -342,6 +346,29 @@ def _eval_loss(run: Run, recipe: str, made_up: dict[str, Any]) -> float:
     return BASE_EVAL_LOSS[recipe] + effect + SEED_OFFSETS.get(entry.seed, 0.0) * spread
 
 
+def _telemetry(run: Run, recipe: str) -> dict[str, float]:
+    """The run's made-up MFU (percent), tokens/s and drop fraction (fewer tokens dropped
+    with a larger capacity factor)."""
+    wobble = ((run.entry.index * 7) % 5 - 2) * 0.4
+    mfu = DEMO_MFU[recipe] + wobble
+    capacity = (run.config or {}).get("capacity_factor", 1.0)
+    return {
+        "throughput/mfu": mfu,
+        "throughput/tokens_per_second": DEMO_TOKENS_PER_SECOND[recipe] * mfu / DEMO_MFU[recipe],
+        "moe/drop_fraction": max(0.0, 0.05 - 0.06 * (float(capacity) - 1.0) + 0.002 * wobble),
+    }
+
+
+def _demo_steps(run: Run) -> tuple[int, ...]:
+    """The steps of the made-up curve: spread over the run's configured steps, so its
+    progress never reads "400 / 200"; DEMO_STEPS when its config counts no steps."""
+    total = (run.config or {}).get("steps")
+    if not isinstance(total, int) or isinstance(total, bool) or total < len(DEMO_STEPS):
+        return DEMO_STEPS
+    last = len(DEMO_STEPS) - 1
+    return tuple(round(total * i / last) for i in range(len(DEMO_STEPS)))
+
+
 def _play_results(plan: Plan, recipe: str, made_up: dict[str, Any]) -> None:
     """Create the plan's runs and report them to the end, as a worker would."""
     dispatch.plan_expand(plan_id=plan.pk)
@@ -354,11 +381,15 @@ def _play_results(plan: Plan, recipe: str, made_up: dict[str, Any]) -> None:
         curve = [final + above for above in DEMO_CURVE]
         keys = ["eval/loss"] * len(curve) + ["train/loss"] * len(curve)
         values = [*curve, *(v + 0.05 for v in curve)]
+        steps = _demo_steps(run)
+        for key, value in _telemetry(run, recipe).items():
+            keys += [key] * len(curve)
+            values += [value] * len(curve)
         ingest.metrics_ingest(
             run=Run.objects.get(pk=run.pk),
             batch=PointBatch(
                 keys=keys,
-                steps=[*DEMO_STEPS, *DEMO_STEPS],
+                steps=list(steps) * (len(keys) // len(steps)),
                 values=values,
                 times=[None] * len(values),
             ),
