@@ -43,7 +43,9 @@ class ChartLineSerializer(serializers.Serializer):
 
 
 class ChartMetricSerializer(serializers.Serializer):
-    label = serializers.CharField(help_text="The declared display name, or the key.")
+    label = serializers.CharField(  # type: ignore[assignment]  # a field named "label"
+        help_text="The declared display name, or the key."
+    )
     title = serializers.CharField(help_text="The axis title with its unit, e.g. 'MFU (%)'.")
     unit = serializers.CharField(help_text="The unit the values are in ('' when undeclared).")
     format = serializers.ChoiceField(

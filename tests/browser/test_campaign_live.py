@@ -24,7 +24,7 @@ KEYS = ("train/loss", "throughput/mfu")
 def telemetry(offset: float) -> dict[str, Any]:
     return {
         "train/loss": lambda s: offset + 5.0 / (1 + s / 50),
-        "throughput/mfu": lambda s: 0.21 if s < 150 else 0.27,
+        "throughput/mfu": lambda s: 21.0 if s < 150 else 27.0,  # percent, as Levanter logs it
         "throughput/total_tokens": tokens,
         "throughput/tokens_per_second": lambda s: 4e4,
         "mixture/weight/web": lambda s: 0.6 if s < 200 else 0.5,

@@ -117,7 +117,9 @@ def _seed(settings: Any) -> dict[str, Any]:
         by_state.setdefault(key, proposal)
     # The approved proposal without results: its runs created (no worker here), so they wait
     # in the queue and a maintainer may claim one.
-    dispatch.plan_expand(plan_id=proposals["z-loss at the 8B scale"].plan_id)
+    waiting = proposals["z-loss at the 8B scale"].plan_id
+    assert waiting is not None
+    dispatch.plan_expand(plan_id=waiting)
     eight = proposals["Eight experts instead of four"]
     tiny_runs = list(Run.objects.filter(plan=eight.plan).order_by("pk"))
     campaign = Campaign.objects.get(slug="moe-535b-demo")

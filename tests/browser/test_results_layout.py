@@ -31,7 +31,7 @@ DECLARED = {  # every column the tiny recipe declares, with values of realistic 
     "train/loss": [4.1, 3.6, 3.2123],
     "eval/loss": [4.0, 3.55, 3.3456],
     "throughput/tokens_per_second": [125_000.0, 130_500.0, 131_234.5],
-    "throughput/mfu": [0.41, 0.43, 0.4321],
+    "throughput/mfu": [41.0, 43.0, 43.21],  # percent, as Levanter logs it
     "moe/drop_fraction": [0.12, 0.08, 0.0654],
 }
 

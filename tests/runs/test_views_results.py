@@ -17,6 +17,7 @@ from proposals.models import State
 from runs.metrics import ingest
 from runs.metrics.parse import PointBatch
 from runs.models import Plan, Run, RunState
+from runs.results import summary as results
 from runs.series import rollup
 from runs.services import runs as run_writes
 from tests.factories import ProposalFactory
@@ -101,7 +102,8 @@ def test_page_shows_run_table_with_diff_only_config_and_live_flag(
     assert "8 / 12" in row  # progress: the highest step of the config's steps
     assert 'value="capacity_factor"' in page  # group by a grid axis
     assert 'id="run-sort"' in page and 'data-table-query="sort=state"' in page
-    assert f'data-table-url="/plans/{plan.pk}/runs/"' in page
+    # The page's poll: the run table and the panels that follow the runs (proposals/live.py)
+    assert f'data-table-url="/proposals/{proposal.pk}/live/"' in page
     assert f'name="ids" value="{high.pk}" form="compare-form"' in page
 
 
@@ -158,12 +160,18 @@ def test_page_turns_polling_off_when_every_run_is_terminal(
     plan = launched_plan(recipe, GRID_SPEC)
     proposal = _proposal_for(plan, contributor)
     _finish_all(plan, [3.0, 2.9, 3.1])
+    # Every run ended, the results not summarised yet: the page waits for them.
+    waiting = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    assert 'data-live="true"' in waiting
+    assert results.plan_check_finished(plan_id=plan.pk)
 
     page = client.get(f"/proposals/{proposal.pk}/").content.decode()
     partial = client.get(f"/plans/{plan.pk}/runs/").content.decode()
+    live = client.get(f"/proposals/{proposal.pk}/live/").content.decode()
 
     assert 'data-live="false"' in page
     assert 'data-active="false"' in partial
+    assert 'data-active="false"' in live
     assert "live: updates" not in page
 
 

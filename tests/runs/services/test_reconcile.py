@@ -32,7 +32,8 @@ def _running_without_executor(recipe: Any, *, quiet_seconds: int) -> Run:
 
 def test_a_run_without_a_known_executor_is_crashed_once_silent(recipe: Any) -> None:
     heard = _running_without_executor(recipe, quiet_seconds=10)
-    assert reconcile.run_reconcile(run_id=heard.pk).state == RunState.RUNNING
+    kept = reconcile.run_reconcile(run_id=heard.pk)
+    assert kept is not None and kept.state == RunState.RUNNING
     silent = Run.objects.get(pk=heard.pk)
     Run.objects.filter(pk=silent.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=90))
     done = reconcile.run_reconcile(run_id=silent.pk)
