@@ -18,6 +18,7 @@ from typing import Any
 
 from marin_site.fragments import Dependency
 from marin_site.invalidation import Rule
+from runs.alerts.rules import RULES_VERSION
 from runs.campaigns.selectors import CAMPAIGN_LIST_VERSION
 
 
@@ -25,8 +26,20 @@ def _campaign_list(instance: Any, **kwargs: Any) -> Iterable[Dependency]:
     return [CAMPAIGN_LIST_VERSION]
 
 
+def _alert_rules(instance: Any, **kwargs: Any) -> Iterable[Dependency]:
+    """Every process's kept alert rules (a recipe's declarations are rules too)."""
+    return [RULES_VERSION]
+
+
 RULES = (
-    Rule("runs.Recipe", "the recipe pages and lists"),
+    Rule(
+        "runs.Recipe",
+        "the recipe pages and lists; the alert rules made from it",
+        versions=_alert_rules,
+    ),
+    Rule(
+        "runs.AlertRule", "the alert rules every process keeps", page=False, versions=_alert_rules
+    ),
     Rule("runs.RecipeEvent", "a recipe's history"),
     Rule("runs.Plan", "a plan's table on its proposal's page"),
     Rule("runs.PlanLaunch", "a launch's summary and results"),

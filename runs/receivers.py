@@ -14,10 +14,7 @@ from django.dispatch import receiver
 
 from runs.alerts.models import AlertRule
 from runs.alerts.receivers import alert_rules_forget, alerts_close_with_run
-from runs.models import (
-    TERMINAL_RUN_STATES,
-    Recipe,
-)
+from runs.models import TERMINAL_RUN_STATES, Recipe, RunState
 from runs.series.rollup import series_refresh_now
 from runs.signals import run_state_changed
 
@@ -31,8 +28,10 @@ def on_run_state_changed(sender: Any, *, run_id: int, to_state: str, **kwargs: A
 
 @receiver(run_state_changed, dispatch_uid="runs.alerts.close_ended")
 def on_run_ended_close_alerts(sender: Any, *, run_id: int, to_state: str, **kwargs: Any) -> None:
-    """A run that ended closes its open alerts (they cannot close from its metrics)."""
-    if to_state in TERMINAL_RUN_STATES:
+    """A run that ended closes its open alerts (they cannot close from its metrics); so does
+    an attempt that ended and put the run back in the queue (a lost lease, a preemption): what
+    was wrong with the attempt is over, and the next attempt is watched afresh."""
+    if to_state in TERMINAL_RUN_STATES or to_state == RunState.QUEUED:
         alerts_close_with_run(run_id=run_id, state=to_state)
 
 
