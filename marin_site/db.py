@@ -3,7 +3,8 @@ portable fallback beside it (any other database, SQLite for one machine, takes t
 
 Elsewhere, by design: the full-text search's PostgreSQL path and its ``icontains`` fallback
 are in ``proposals/search.py``; the metrics ingest, the series reads and the steady-state
-median keep theirs in ``runs/`` (``metrics.py``, ``series.py``, ``steady.py``).
+median keep theirs in ``runs/`` (``runs/metrics/ingest.py``, ``runs/series/``,
+``runs/metrics/steady.py``).
 """
 
 from __future__ import annotations

@@ -71,6 +71,18 @@ def _bump(keys: set[str]) -> None:
     cache.set_many(dict.fromkeys(keys, token), timeout=VERSION_SECONDS)
 
 
+def version_current(kind: str, pk: int) -> str:
+    """The current version of one object (created when missing), for a cache of this process
+    that must see a change made by any other: keep the value with the version it was read
+    under, and read again once the version is another."""
+    key = version_key(kind, pk)
+    token = cache.get(key)
+    if token is None:
+        cache.add(key, _new_token(), timeout=VERSION_SECONDS)
+        token = cache.get(key)
+    return str(token or "")
+
+
 def enabled() -> bool:
     return bool(settings.FRAGMENT_CACHE_SECONDS)
 

@@ -8,5 +8,9 @@ class ProposalsConfig(AppConfig):
 
     def ready(self) -> None:
         # Importing these registers the permission rules and connects every receiver.
+        from marin_site import invalidation
         from proposals import permissions, receivers  # noqa: F401
         from proposals.github import receivers as github_receivers  # noqa: F401
+        from proposals.invalidation import RULES
+
+        invalidation.register("proposals", *RULES)

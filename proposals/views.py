@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import functools
 import hashlib
 from typing import Any
 
-import rules
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import transaction
-from django.db.models import prefetch_related_objects
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.http.response import HttpResponseBase
 from django.shortcuts import get_object_or_404, redirect, render
@@ -25,20 +22,18 @@ from django.views.decorators.http import require_POST
 from marin_site.doors import Door
 from marin_site.errors import DomainError
 from marin_site.fragments import Fragments
-from marin_site.roles import role_names, roles_kept
+from marin_site.roles import roles_kept
 from proposals import export as proposal_export
-from proposals import follows, query_language, selectors, services
 from proposals import permissions as perms
+from proposals import query_language, selectors, services
 from proposals import search as proposal_search
-from proposals.actions import ACTIONS, BUTTON_ACTIONS, TRANSITIONS, allowed_actions
+from proposals.actions import ACTIONS, TRANSITIONS
 from proposals.feeds import label_or_none
 from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
-from proposals.github.client import sync_facts
 from proposals.markdown import render_markdown
 from proposals.models import Proposal, State
-from runs import selectors as run_selectors
-from runs.alerts import selectors as alert_selectors
+from proposals.pages import ProposalPage, site_header, site_header_refine
 from runs.campaigns.selectors import CAMPAIGN_LIST_VERSION
 from runs.services.plans import plan_build
 
@@ -59,26 +54,6 @@ def refusal(
         {"problems": messages_list, "back": request.META.get("HTTP_REFERER", "/")},
         status=status,
     )
-
-
-def site_header(request: HttpRequest) -> str:
-    """The name of this reader's page header (base.html's ``site_header``) on this view.
-
-    It is kept with no version: ``site_header_refine`` keys it by all it shows (the
-    reader's name and whether they see the review queue), and the view is in its name."""
-    match = request.resolver_match
-    return f"site-header:{request.user.pk or 0}:{match.view_name if match else ''}"
-
-
-def site_header_refine(fragments: Fragments, name: str, request: HttpRequest) -> None:
-    """Key the header by what it shows; the reader's roles from the page's own round trip
-    (``fragments`` read ``roles_kept``)."""
-    user = request.user
-    role_names(user, fragments)
-    # The site's rule (proposals/permissions.py) alone: asking ``user.has_perm`` would also
-    # ask the model backend, two queries for a reader who is not a reviewer.
-    queue = rules.has_perm(perms.VIEW_REVIEW_QUEUE, user)
-    fragments.refine(name, user.get_username(), queue)
 
 
 def proposal_list(request: HttpRequest) -> HttpResponse:
@@ -154,169 +129,14 @@ def proposal_cards(pks: list[int], fragments: Fragments) -> list[SafeString]:
     return cards
 
 
-class _PlanContext:
-    """The plan section's context, computed only when the section is rendered (not when it
-    comes from the fragment cache): the preview computes the whole plan from the recipe."""
-
-    def __init__(self, proposal: Proposal) -> None:
-        self.proposal = proposal
-
-    @cached_property
-    def values(self) -> dict[str, Any]:
-        proposal = self.proposal
-        if proposal.plan is not None:
-            return {
-                "frozen_plan": proposal.plan,
-                "plan_entries": proposal.plan.entries.order_by("index"),
-            }
-        try:
-            return {"preview_plan": services.proposal_plan(proposal=proposal)}
-        except ValidationError as exc:
-            return {"plan_errors": exc.messages}
-
-    def context(self) -> dict[str, Any]:
-        # Each name stands for the computed value (or None), computed on first use.
-        return {
-            name: SimpleLazyObject(functools.partial(self.values_get, name))
-            for name in ("frozen_plan", "plan_entries", "preview_plan", "plan_errors")
-        }
-
-    def values_get(self, name: str) -> Any:
-        return self.values.get(name)
-
-
 def proposal_detail(request: HttpRequest, pk: int) -> HttpResponse:
-    # The versions first, then the rows (marin_site/fragments.py explains the order).
-    # The page's sections that are the same for every reader (detail.html wraps each in
-    # {% fragment %}), and what each needs loaded when it is rendered.
-    sections = selectors.proposal_page_prefetches()
-    # What this reader may do, and whether they follow it (below): theirs alone, as are
-    # the parts of the page that show it (their follow box and links, their actions panel,
-    # their review and comment forms), kept as HTML for a signed-in reader; an anonymous
-    # one's page comes from the page cache, its sign-in links naming the page they are on.
-    reader = f"reader:{request.user.pk}"
-    reader_html = {
-        f"reader_{part}": f"{reader}:{part}" if request.user.pk is not None else ""
-        for part in ("head", "actions", "review", "comment")
-    }
-    reader_deps = [("proposal", pk)]
-    if request.user.pk is not None:
-        reader_deps.append(("reader-follows", request.user.pk))
-    header = site_header(request)
-    # The forms' fields are the same for every reader too (an unbound form; the outcome's
-    # filled in from the proposal), and so are the conclusion and the results (markdown
-    # rendered and sanitized). A reader's own parts carry a mark for their CSRF token
-    # ({% fragment NAME csrf %}), which each response replaces with its own.
-    fragments = Fragments(
-        {
-            header: [],
-            "site-footer": [],
-            "review-fields-new": [],
-            "comment-field": [],
-            **{name: reader_deps for name in (reader, *reader_html.values()) if name},
-            **{
-                name: [("proposal", pk)]
-                for name in (*sections, "timeline", "outcome-fields", "conclusion", "results")
-            },
-        },
-        scope=f"proposal-page:{pk}",
-        shared=roles_kept(request.user),
-    )
     try:
-        proposal = selectors.proposal_detail(pk=pk, prefetch=False, related=False, page_fields=True)
+        page = ProposalPage(request, pk)
     except Proposal.DoesNotExist as exc:
         raise Http404("No such proposal.") from exc
-    # Changes that reach the row without a signal (the GitHub issue's number is stored with
-    # an update()), and the runs' events, written in bulk, on the timeline:
-    for name in ("head", "body", "details", "outcome-fields", "conclusion", "results"):
-        fragments.refine(name, proposal.updated_at.isoformat(), proposal.github_issue_number)
-    fragments.refine("timeline", selectors.plan_last_run_event(plan_id=proposal.plan_id))
-    # The GitHub panel, kept with the details, also shows what the site's settings say.
-    fragments.refine("details", *sync_facts(proposal.github_issue_number))
-    missing = [name for name in sections if fragments.get(name) is None]
-    if any(name in selectors.PAGE_ROW_SECTIONS for name in missing):
-        selectors.proposal_rest_load(proposal)
-    prefetch_related_objects([proposal], *(lookup for name in missing for lookup in sections[name]))
-    user = request.user
-    # What this reader may do here, whether they follow it, and their review: asked once per
-    # version of the proposal (a review, a hold, a launch all bump it), of the reader's
-    # follows and of their roles; the services ask again on every action, so a button is
-    # never the only check. (A superuser may do more than their roles say.)
-    roles = sorted(role_names(user, fragments))
-    for name in (reader, *filter(None, reader_html.values())):
-        fragments.refine(name, *roles, user.is_superuser, proposal.updated_at.isoformat())
-    site_header_refine(fragments, header, request)
-
-    def reader_facts() -> dict[str, Any]:
-        names = [action.name for action in allowed_actions(proposal, user)]
-        review = (
-            selectors.proposal_own_review(proposal=proposal, reviewer=user)
-            if "review" in names
-            else None
-        )
-        return {
-            "actions": names,
-            "following": follows.is_following(user=user, proposal_id=proposal.pk),
-            "review": review.pk if review is not None else None,
-        }
-
-    facts = fragments.get_or_render(reader, reader_facts)
-    allowed = {name: ACTIONS[name] for name in facts["actions"]}
-
-    def review_form() -> ReviewForm:
-        own = (
-            selectors.proposal_own_review(proposal=proposal, reviewer=user)
-            if facts["review"] is not None
-            else None
-        )
-        return ReviewForm(instance=own)
-
-    @functools.cache
-    def timeline() -> tuple[list[selectors.TimelineEntry], bool]:
-        return selectors.proposal_timeline_recent(proposal=proposal)
-
-    context = {
-        "proposal": proposal,
-        "actions": [  # (name, label, action): the buttons of the actions panel
-            (name, allowed[name].label, allowed[name]) for name in BUTTON_ACTIONS if name in allowed
-        ],
-        "can_review": "review" in allowed,
-        # The forms are built only if the page shows them (their fields are fragments).
-        "review_form": SimpleLazyObject(review_form),
-        "can_comment": "comment" in allowed,
-        "comment_form": SimpleLazyObject(CommentForm),
-        "can_edit": "edit" in allowed,
-        "can_record_outcome": "record_outcome" in allowed,
-        # The outcome form waits for the results (or an explicit "without results").
-        "results_pending": (
-            run_selectors.plan_results_pending(plan_id=proposal.plan_id)
-            if proposal.plan_id is not None and "record_outcome" in allowed
-            else ""
-        ),
-        # Only read when the timeline is rendered, not when it comes from the cache:
-        "timeline": SimpleLazyObject(lambda: timeline()[0]),
-        "timeline_cut": SimpleLazyObject(lambda: timeline()[1]),
-        "outcome_form": SimpleLazyObject(
-            lambda: OutcomeForm(
-                initial={  # a recorded verdict is kept when changing it; none is suggested
-                    "outcome": proposal.outcome,
-                    "confidence": proposal.confidence if proposal.outcome else "",
-                    "conclusion": proposal.conclusion,
-                }
-            )
-        ),
-        "following": facts["following"],
-        "open_alerts": list(alert_selectors.plan_open_alerts(plan_id=proposal.plan_id))
-        if proposal.plan_id is not None
-        else [],
-        "fragments": fragments,
-        "site_header": header,
-        **reader_html,
-        **_PlanContext(proposal).context(),
-    }
-    response = render(request, "proposals/detail.html", context)
-    fragments.save()
-    if proposal.plan_id is not None and run_selectors.plan_in_flight(plan_id=proposal.plan_id):
+    response = render(request, "proposals/detail.html", page.context())
+    page.fragments.save()
+    if page.in_flight():
         # Its numbers change every few seconds: never serve it from the page cache.
         patch_cache_control(response, private=True)
     return response

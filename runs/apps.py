@@ -8,5 +8,9 @@ class RunsConfig(AppConfig):
 
     def ready(self) -> None:
         # Importing these registers the permission rules and connects every receiver.
+        from marin_site import invalidation
         from runs import permissions, receivers  # noqa: F401
         from runs.campaigns import permissions as campaign_permissions  # noqa: F401
+        from runs.invalidation import RULES
+
+        invalidation.register("runs", *RULES)

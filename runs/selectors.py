@@ -1,4 +1,5 @@
-"""Reads for recipes and plans."""
+"""Reads of runs/: recipes, a plan's entries and runs (public, failed ones included), the run a
+runner's token opens, a run's tracker imports and declared metrics."""
 
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""API representations of recipes and plans."""
+"""API representations of runs/: recipes, plan previews and plans, runs with their events,
+summaries and artifacts, and the shapes the runner's doors take (status, metric batches,
+tracker imports)."""
 
 from __future__ import annotations
 

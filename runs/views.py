@@ -1,4 +1,7 @@
-"""Web doors for recipes: public pages, and a form for maintainers."""
+"""Web doors of runs/: the recipes' pages and their form for maintainers; a run's page with
+its actions (cancel, rerun, retry), its tracker import, its claim and give-back; a plan's run
+table and loss chart as a PNG; the compare page. Pools' pages are ``runs/pools/views.py``,
+campaigns' ``runs/campaigns/views.py``."""
 
 from __future__ import annotations
 

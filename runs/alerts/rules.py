@@ -23,8 +23,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 
+from marin_site import fragments
 from runs.alerts.models import AlertKind, AlertRule
 from runs.metrics import declarations as metric_declarations
 
@@ -150,8 +152,17 @@ def rules_default(
     return rules
 
 
-_CACHE_SECONDS = 60.0
-_by_run: dict[int, tuple[float, tuple[Rule, ...]]] = {}
+# A run's merged rules are kept by this process. With a shared cache they are kept under the
+# rules' version (``RULES_VERSION``, replaced after any rule or recipe is written: the table of
+# runs/invalidation.py), so an edit holds at every process's next batch; with none (the
+# embedded default, one machine) for at most ``_CACHE_SECONDS``.
+RULES_VERSION = ("alert-rules", 0)
+_CACHE_SECONDS = 5.0
+_by_run: dict[int, tuple[float, str, tuple[Rule, ...]]] = {}
+
+
+def _rules_version() -> str:
+    return fragments.version_current(*RULES_VERSION) if settings.SHARED_CACHE else ""
 
 
 _facts: dict[int, tuple[int, str, str]] = {}
@@ -174,9 +185,14 @@ def run_facts(*, run_id: int) -> tuple[int, str, str]:
 def rules_for_run(*, run_id: int) -> tuple[Rule, ...]:
     """The enabled rules of a run: defaults, then its recipe's stored rules, then its own."""
     now = time.monotonic()
+    version = _rules_version()
     cached = _by_run.get(run_id)
-    if cached is not None and now - cached[0] < _CACHE_SECONDS:
-        return cached[1]
+    if (
+        cached is not None
+        and cached[1] == version
+        and (version or now - cached[0] < _CACHE_SECONDS)
+    ):
+        return cached[2]
     _plan, recipe_name, recipe_version = run_facts(run_id=run_id)
     merged = rules_default(metric_declarations.declarations_for_run(run_id=run_id))
     stored = sorted(
@@ -199,7 +215,7 @@ def rules_for_run(*, run_id: int) -> tuple[Rule, ...]:
     result = tuple(merged.values())
     if len(_by_run) > 10_000:
         _by_run.clear()
-    _by_run[run_id] = (now, result)
+    _by_run[run_id] = (now, version, result)
     return result
 
 

@@ -395,7 +395,11 @@ def alerts_close_ended(*, run_id: int, state: str) -> int:
                     kind=kind,
                     key=key,
                     step=None,
-                    message=f"the run ended ({state})",
+                    message=(
+                        f"the attempt ended; the run is back in the queue (attempt {run.attempt})"
+                        if state == RunState.QUEUED
+                        else f"the run ended ({state})"
+                    ),
                     door=Door.WORKER,
                 )
                 is not None

@@ -203,6 +203,45 @@ def test_a_runs_alerts_close_when_it_ends(
     assert alert.close_message == "the run ended (failed)"
 
 
+def test_an_attempt_that_goes_back_to_the_queue_closes_its_alerts(
+    running: tuple[Run, str], django_capture_on_commit_callbacks: Any
+) -> None:
+    """A lost lease (the agent killed) or a preemption requeues the run as its next attempt:
+    what was wrong with the attempt is over, so its alerts close, saying so."""
+    run, _ = running
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=200))
+    assert services.alerts_silence_check()["opened"] == 1
+    with django_capture_on_commit_callbacks(execute=True):
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.PREEMPTED, door="agent")
+    assert Alert.objects.get().closed_at is None  # preempted: not yet back in the queue
+    with django_capture_on_commit_callbacks(execute=True):
+        run_writes.run_transition(run_id=run.pk, to_state=RunState.QUEUED, door="worker")
+    alert = Alert.objects.get()
+    assert alert.closed_at is not None
+    assert alert.close_message == "the attempt ended; the run is back in the queue (attempt 2)"
+
+
+def test_a_rule_edited_elsewhere_holds_at_the_next_batch_with_a_shared_cache(
+    running: tuple[Run, str],
+    maintainer: Any,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Each process keeps a run's rules under the rules' version in the shared cache: an
+    edit made by another process (whose own copy is all this one can not forget) holds at
+    this process's next batch, not after a timeout."""
+    settings.SHARED_CACHE = True  # the version lives in the cache (Redis in production)
+    run, _ = running
+    assert any(r.kind == "nan" for r in rules.rules_for_run(run_id=run.pk))
+    kept = dict(rules._by_run)
+    with django_capture_on_commit_callbacks(execute=True):  # the version is replaced
+        services.alert_rule_save(
+            actor=maintainer, recipe=run.plan.recipe, kind="nan", key="*", enabled=False
+        )
+    rules._by_run.update(kept)  # this process's copy, as if the edit was made in another
+    assert not any(r.kind == "nan" for r in rules.rules_for_run(run_id=run.pk))
+
+
 def test_a_stored_rule_overrides_the_default_and_can_switch_it_off(
     api: APIClient, running: tuple[Run, str], maintainer: Any
 ) -> None:
