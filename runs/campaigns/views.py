@@ -60,6 +60,7 @@ def _detail(
         plan=campaign.ladder_plan, target_flops=campaign.target_flops
     )
     keys = selectors.chart_keys(campaign=campaign, present=present)
+    displays = selectors.campaign_displays(members=members, keys=[*keys, campaign.loss_key])
     mixture = any(key.startswith(stitching.MIXTURE_PREFIX) for key in present) or any(
         member.data_mix for member in members
     )
@@ -73,7 +74,8 @@ def _detail(
             "interventions": interventions,
             "projection": projected,
             "open_alerts": selectors.campaign_open_alerts(campaign=campaign),
-            "chart_keys": list(selectors.campaign_displays(members=members, keys=keys).items()),
+            "chart_keys": [(key, displays[key]) for key in keys],
+            "loss_label": displays[campaign.loss_key].label,
             "has_mixture": mixture,
             "recipe_config": json.dumps(campaign.recipe_config, indent=2),
             "can_record": can_record,

@@ -48,6 +48,18 @@ def test_the_live_answer_carries_the_table_and_the_pages_panels(
     assert set(dict(TEMPLATE.findall(body))) == set(PANELS)
 
 
+def test_a_maintainers_panels_carry_the_pages_versions_whatever_the_csrf_token(
+    client: Client, approved: Proposal, maintainer: Any
+) -> None:
+    """The maintainer's actions and outcome form hold this request's CSRF token; the version
+    leaves it out, or every poll would swap them for nothing."""
+    client.force_login(maintainer)
+    page = client.get(f"/proposals/{approved.pk}/").content.decode()
+    live = client.get(f"/proposals/{approved.pk}/live/").content.decode()
+    assert 'name="csrfmiddlewaretoken"' in live
+    assert dict(TEMPLATE.findall(live)) == dict(SLOT.findall(page))
+
+
 def test_the_outcome_panel_says_what_the_runs_say(
     client: Client, approved: Proposal, maintainer: Any
 ) -> None:
