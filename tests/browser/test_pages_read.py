@@ -236,6 +236,15 @@ def test_a_percent_and_a_fraction_read_alike_in_tables_charts_and_ranges(
     assert all(float(t) < 1 and "%" not in t for t in drop["yTicks"].split("|")), drop
     assert "T" not in _chart(page, "train/loss")["xTicks"]  # steps: 50, 100, never "100T"
 
+    # The compare page (runs of two recipes): the same columns, the same units.
+    runs = list(Run.objects.filter(plan=seeded["eight"].plan).order_by("pk"))[:2]
+    _read(page, f"/runs/compare/?ids={runs[0].pk},{runs[1].pk}")
+    headers = [h.replace("\n", " ") for h in page.locator("#runs-table thead th").all_inner_texts()]
+    assert "MFU (%)" in headers and "Dropped tokens (fraction)" in headers, headers
+    assert PERCENT.match(_cell(page, '#runs-table td[data-metric-key="throughput/mfu"]'))
+    assert FRACTION.match(_cell(page, '#runs-table td[data-metric-key="moe/drop_fraction"]'))
+    assert _chart(page, "throughput/mfu")["y"] == "MFU (%)"
+
     # The run page of the campaign's live attempt: its declared metrics and its charts.
     _read(page, f"/runs/{seeded['live_run'].pk}/")
     last = page.locator('table.declared-metrics tr[data-metric-key="throughput/mfu"] td').first
