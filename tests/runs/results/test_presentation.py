@@ -78,6 +78,8 @@ def test_the_run_table_the_charts_and_the_png_label_runs_alike(client: Client, r
     png = charts_png.loss_chart_find(plan_id=plan.pk)
     assert png is not None
     png_labels = {line.label for line in charts_png.loss_lines(png)}
+    # its y axis titled as the pages title it: the declared name and unit
+    assert {line.title for line in charts_png.loss_lines(png)} == {"Train loss (nats)"}
 
     assert "capacity_factor=1 " in labels[runs[1].pk] + " "
     assert "capacity_factor=1.0" not in table + "".join(labels.values())
