@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import sys
 import time
 import uuid
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 REDIS_DATABASES = 16  # Redis' default
@@ -63,9 +65,47 @@ def _libpq(url: str) -> str:
     return url.replace("postgres://", "postgresql://", 1)
 
 
+def _holder_gone(value: bytes | None) -> bool:
+    """Whether a lock's holder (``host:pid:...``, the bin/test that claimed it) is a process
+    of this machine that no longer runs: a run killed before its release."""
+    if value is None:
+        return True
+    host, _, rest = value.decode(errors="replace").partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdecimal():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _take(client: Any, key: str, run_id: str) -> bool:
+    """Hold ``key``: free, or held by a run of this machine that is gone (compare and set)."""
+    import redis
+
+    if client.set(key, run_id, nx=True, ex=LOCK_SECONDS):
+        return True
+    with client.pipeline() as pipe:
+        try:
+            pipe.watch(key)
+            if not _holder_gone(pipe.get(key)):
+                return False
+            pipe.multi()
+            pipe.set(key, run_id, ex=LOCK_SECONDS)
+            pipe.execute()
+        except redis.WatchError:  # another run took it meanwhile
+            return False
+    return True
+
+
 def _redis_claim(url: str, run_id: str) -> str:
     """The first range of ``WORKERS_MAX`` Redis databases no other run holds, as a URL of
-    its highest database; the lock lives in database 0 and expires if never released."""
+    its highest database; the lock lives in database 0, names the bin/test that holds it
+    (a range whose holder is gone is taken over) and expires if never released."""
     import redis
 
     parts = urlsplit(url)
@@ -77,7 +117,7 @@ def _redis_claim(url: str, run_id: str) -> str:
     for db in candidates:
         if db - WORKERS_MAX + 1 < 1:  # database 0 holds the locks
             continue
-        if client.set(LOCK_KEY.format(db), run_id, nx=True, ex=LOCK_SECONDS):
+        if _take(client, LOCK_KEY.format(db), run_id):
             return urlunsplit(parts._replace(path=f"/{db}"))
     raise SystemExit(
         "bin/test: every range of Redis databases is held by another run of the suite; "
@@ -86,7 +126,9 @@ def _redis_claim(url: str, run_id: str) -> str:
 
 
 def claim() -> int:
-    run_id = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    # Who holds what: this machine, the bin/test that asked (TEST_RUN_OWNER), a random part.
+    owner = os.environ.get("TEST_RUN_OWNER") or str(os.getppid())
+    run_id = f"{socket.gethostname()}:{owner}:{uuid.uuid4().hex[:8]}"
     lines = [f"export TEST_RUN_ID={run_id}"]
     url = os.environ.get("DATABASE_URL", "")
     if url.startswith("postgres"):
@@ -101,7 +143,7 @@ def claim() -> int:
             return 2
         if not os.environ.get("TEST_DATABASE_NAME"):
             stamp = time.strftime("%Y%m%d%H%M%S")
-            lines.append(f"export TEST_DATABASE_NAME=test_marin_{stamp}_{run_id.split('-')[1]}")
+            lines.append(f"export TEST_DATABASE_NAME=test_marin_{stamp}_{run_id.rsplit(':', 1)[1]}")
     redis_url = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
     lines.append(f"export TEST_REDIS_URL={_redis_claim(redis_url, run_id)}")
     print("\n".join(lines))
