@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +36,11 @@ class Change:
     message: str
 
 
-def _fmt(value: float | None) -> str:
+Formatter = Callable[[float | None], str]
+
+
+def plain(value: float | None) -> str:
+    """A value as it was logged, for a key whose unit nobody declared."""
     return "-" if value is None else f"{value:.6g}"
 
 
@@ -53,10 +58,17 @@ def _new_points(state: dict[str, Any], steps: list[int], values: list[float]) ->
 
 
 def spike_feed(
-    state: dict[str, Any], params: dict[str, Any], key: str, steps: list[int], values: list[float]
+    state: dict[str, Any],
+    params: dict[str, Any],
+    key: str,
+    steps: list[int],
+    values: list[float],
+    *,
+    fmt: Formatter = plain,
 ) -> list[Change]:
     """A value more than ``k`` robust deviations above the median of the ``window`` values
-    before it. ``steps`` ascend. Vectorised: one median per point, computed in numpy."""
+    before it. ``steps`` ascend. Vectorised: one median per point, computed in numpy.
+    ``fmt`` writes a stored value in the key's declared unit for the messages."""
     skip = _new_points(state, steps, values)
     steps, values = steps[skip:], values[skip:]
     if not steps:
@@ -98,9 +110,9 @@ def spike_feed(
                         True,
                         steps[i],
                         values[i],
-                        f"{key} spiked to {_fmt(values[i])} at step {steps[i]}: "
+                        f"{key} spiked to {fmt(values[i])} at step {steps[i]}: "
                         f"{score:.1f} robust deviations above its rolling median "
-                        f"{_fmt(medians[i])} (opens above {params['k']:g})",
+                        f"{fmt(medians[i])} (opens above {params['k']:g})",
                     )
                 )
         elif score < params["k_close"]:
@@ -140,6 +152,7 @@ def shift_feed(
     values: list[float],
     *,
     falling: bool,
+    fmt: Formatter = plain,
 ) -> list[Change]:
     """A sustained drop (``falling``: the median of the last ``recent`` points below
     ``(1 - fraction)`` x the baseline) or rise (above the baseline + ``amount``). The
@@ -187,8 +200,8 @@ def shift_feed(
                         True,
                         step,
                         value,
-                        f"{key} {how} to a median of {_fmt(level)} over its last {recent_size} "
-                        f"points (step {step}), from {_fmt(reference)} before",
+                        f"{key} {how} to a median of {fmt(level)} over its last {recent_size} "
+                        f"points (step {step}), from {fmt(reference)} before",
                     )
                 )
         elif good:
@@ -200,8 +213,8 @@ def shift_feed(
                         False,
                         step,
                         value,
-                        f"{key} back to a median of {_fmt(level)} (step {step}), near its "
-                        f"baseline {_fmt(reference)}",
+                        f"{key} back to a median of {fmt(level)} (step {step}), near its "
+                        f"baseline {fmt(reference)}",
                     )
                 )
                 reference, fresh = statistics.median(base), 0

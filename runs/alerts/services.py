@@ -30,6 +30,8 @@ from marin_site.roles import permission_require
 from runs.alerts import detectors, rules
 from runs.alerts.models import Alert, AlertKind, AlertRule, AlertWatch
 from runs.metrics import pg_arrays
+from runs.metrics.declarations import declarations_for_run
+from runs.metrics.display import MetricDisplay
 from runs.models import TERMINAL_RUN_STATES, Recipe, Run, RunEvent, RunState
 from runs.permissions import MANAGE_ALERT_RULES
 from runs.signals import alert_changed
@@ -178,6 +180,19 @@ def _watches_write(watches: list[_Watch]) -> None:
         )
 
 
+def _formatter(run_id: int, key: str) -> detectors.Formatter:
+    """Writes a stored value of ``key`` as the pages do, in its declared unit (``12.0%``);
+    the declarations are read only when a message is written."""
+
+    def fmt(value: float | None) -> str:
+        declaration = declarations_for_run(run_id=run_id).get(key)
+        if declaration is None:
+            return detectors.plain(value)
+        return MetricDisplay.of(key, declaration).text(value)
+
+    return fmt
+
+
 def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
     """Fold a stored batch (``runs.metrics.parse.PointBatch``) into the run's rolling alert state;
     open and close alerts as the detectors say. Returns the changes (for tests and bench).
@@ -220,10 +235,18 @@ def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
             steps, values = columns[key]
             before = watch.state.get("last")
             if kind == AlertKind.SPIKE:
-                found = detectors.spike_feed(watch.state, rule.params, key, steps, values)
+                found = detectors.spike_feed(
+                    watch.state, rule.params, key, steps, values, fmt=_formatter(run.pk, key)
+                )
             else:
                 found = detectors.shift_feed(
-                    watch.state, rule.params, key, steps, values, falling=kind == AlertKind.DROP
+                    watch.state,
+                    rule.params,
+                    key,
+                    steps,
+                    values,
+                    falling=kind == AlertKind.DROP,
+                    fmt=_formatter(run.pk, key),
                 )
             if watch.state.get("last") != before:
                 changed.append(watch)

@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 from runs import tokens
 from runs.alerts import rules, services
 from runs.alerts.models import Alert, AlertKind, AlertRule, AlertWatch
+from runs.metrics.declarations import declarations_forget
 from runs.models import Run, RunEvent, RunState
 from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
@@ -92,7 +93,8 @@ def test_spike_opens_once_and_closes_once_with_values_hovering_at_the_threshold(
     assert alert.closed_step == 120  # the fifth calm point in a row
     assert len(events(run, "alert_opened")) == 1
     assert len(events(run, "alert_closed")) == 1
-    assert "spiked to 3.6 at step 100" in events(run, "alert_opened")[0]
+    # The values as the tables write a loss (four places).
+    assert "spiked to 3.6000 at step 100" in events(run, "alert_opened")[0]
 
     # Resending the same batches changes nothing: no second alert, no new timeline rows.
     feed(api, run, token, {**spike, **hover, **calm}, size=7)
@@ -123,6 +125,36 @@ def test_sustained_throughput_drop_opens_and_recovery_closes(
     assert alert.opened_step is not None and 300 < alert.opened_step < 320
     assert alert.closed_step is not None and 360 < alert.closed_step < 390
     assert "dropped to a median of" in alert.message
+
+
+def test_a_drop_message_writes_values_in_the_declared_unit(
+    api: APIClient, recipe: Any, running: tuple[Run, str]
+) -> None:
+    """MFU logged as a fraction and shown in percent: the alert says 14.0%, as the pages do,
+    not the stored 0.14; a key nobody declared keeps the value as logged."""
+    run, token = running
+    recipe.metrics = [
+        {
+            "key": "throughput/mfu",
+            "unit": "percent",
+            "logged_as": "fraction",
+            "direction": "higher",
+            "display": "MFU",
+        },
+        {"key": "train/loss", "unit": "nats", "direction": "lower"},
+    ]
+    recipe.save(update_fields=["metrics"])
+    declarations_forget()
+    rules.rules_forget()
+    key = "throughput/mfu"
+    steady = [(key, s, 0.20) for s in range(300)]
+    dropped = [(key, s, 0.14) for s in range(300, 360)]
+    for chunk in (steady, dropped):
+        assert send(api, run, token, chunk).status_code == 200
+    alert = Alert.objects.get(kind=AlertKind.DROP, key=key)
+    assert "dropped to a median of 14.0% over its last" in alert.message
+    assert "from 20.0% before" in alert.message
+    assert "0.14" not in alert.message
 
 
 def test_nan_in_a_refused_batch_opens_an_alert_and_finite_values_close_it(
