@@ -61,6 +61,8 @@ class ImportForm(forms.Form):
             self.add_error("url", f"The importer '{importer.label}' reads uploaded files only.")
         elif url:
             problem = importing.source_check(url)
+            if importing.source_is_local(url):
+                problem = "a file on the server is not read from the page: upload it instead"
             if problem:
                 self.add_error("url", problem[0].upper() + problem[1:] + ".")
         elif not has_file:
@@ -69,6 +71,10 @@ class ImportForm(forms.Form):
         for name in self.option_names:
             if data.get(name) and name not in declared:
                 self.add_error(name, f"The importer '{importer.label}' takes no {name}.")
+        for option in importer.options:
+            value = (data.get(option.name) or "").strip()
+            if option.source and value and importing.source_is_local(value):
+                self.add_error(option.name, "A file on the server is not read from the page.")
         data["url"] = url
         return data
 

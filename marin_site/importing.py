@@ -89,6 +89,11 @@ class ImportReport:
     def refused(self, place: str, reason: str) -> ReportLine:
         return self.add(place, Outcome.REFUSED, reason)
 
+    def tally(self, outcome: Outcome, count: int) -> None:
+        """Count ``count`` places without listing them (the lines of a large file that
+        imported as they should: listing each would bury the ones that did not)."""
+        self.counts[Outcome(outcome)] += max(count, 0)
+
     def note(self, text: str) -> None:
         self.notes.append(str(text)[:REASON_MAX])
 
@@ -181,7 +186,7 @@ class CappedReader(io.RawIOBase):
     """A binary stream that refuses to read past ``cap`` bytes (``SourceTooLarge``), so an
     importer that streams never holds more than it reads, whatever the source claims."""
 
-    def __init__(self, raw: IO[bytes], *, name: str, cap: int) -> None:
+    def __init__(self, raw: IO[bytes] | io.IOBase, *, name: str, cap: int) -> None:
         super().__init__()
         self.raw = raw
         self.name = name
@@ -228,6 +233,13 @@ def report_start(source: Any, kind: str = "") -> ImportReport:
     if isinstance(source, CappedReader):
         source.report = report
     return report
+
+
+def source_is_local(source: str) -> bool:
+    """A path or ``file://`` URL on this machine (or standard input): the command line may
+    read one, the web page may not (a maintainer uploads the file instead)."""
+    scheme = urlsplit(source).scheme.lower()
+    return source == "-" or len(scheme) <= 1 or scheme == "file"
 
 
 def source_check(source: str) -> str | None:
@@ -301,6 +313,7 @@ class ImportOption:
     label: str
     required: bool = False
     help: str = ""
+    source: bool = False  # the value is a path or URL the importer opens (source_open)
 
 
 @dataclass(frozen=True)
@@ -368,7 +381,7 @@ def options_check(importer: Importer, options: Mapping[str, str]) -> dict[str, s
 def import_run(
     *,
     kind: str,
-    source: str | IO[bytes],
+    source: str | IO[bytes] | io.IOBase,
     by: Any = None,
     dry_run: bool = False,
     options: Mapping[str, str] | None = None,

@@ -222,13 +222,31 @@ def test_imports_page_uploads_and_shows_the_report(
 
 @pytest.mark.django_db
 def test_imports_page_dry_run_and_url(
+    client: Any, maintainer: Any, lines_importer: Any, settings: Any
+) -> None:
+    import fsspec
+
+    settings.IMPORTS_URL_SCHEMES = ["memory"]  # fsspec's own in-memory file system
+    with fsspec.open("memory://imports/names.txt", "wb") as handle:
+        handle.write(b"alpha\n")
+    client.force_login(maintainer)
+    url = "memory://imports/names.txt"
+    answer = client.post("/imports/", {"kind": "lines", "url": url, "dry_run": "on"})
+    assert answer.status_code == 200 and b"would import 1" in answer.content
+    assert _recipes() == []
+
+
+@pytest.mark.django_db
+def test_imports_page_never_reads_a_file_of_the_server(
     client: Any, maintainer: Any, lines_importer: Any, tmp_path: Path
 ) -> None:
-    client.force_login(maintainer)
     path = tmp_path / "names.txt"
     path.write_text("alpha\n")
-    answer = client.post("/imports/", {"kind": "lines", "url": f"file://{path}", "dry_run": "on"})
-    assert answer.status_code == 200 and b"would import 1" in answer.content
+    client.force_login(maintainer)
+    for url in (str(path), f"file://{path}"):
+        answer = client.post("/imports/", {"kind": "lines", "url": url})
+        assert answer.status_code == 400
+        assert b"A file on the server is not read from the page" in answer.content
     assert _recipes() == []
 
 
