@@ -15,9 +15,11 @@ links_rewrite`` (``links_rewrite_text``).
 from __future__ import annotations
 
 import re
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from django.conf import settings
+from django.db.models import Model, Q
 
 _PART = r"[A-Za-z0-9_.\-]+"
 WANDB_ID = re.compile(rf"^wandb:(?P<entity>{_PART})/(?P<project>{_PART})/(?P<run>{_PART})$")
@@ -105,3 +107,90 @@ def links_rewrite_text(text: str, *, old_host: str, new_host: str) -> tuple[str,
     ``mywandb.ai`` or ``wandb.ai.example``."""
     pattern = _host_pattern(old_host)
     return pattern.subn(lambda m: m.group("scheme") + new_host, text)
+
+
+# --- rewriting hosts in what is stored ---------------------------------------------------------
+
+HOST = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.\-]{0,250})(?::[0-9]{1,5})?$")
+_REWRITABLE: dict[str, tuple[type[Model], tuple[str, ...]]] = {}
+
+
+def rewritable_register(model: type[Model], *fields: str) -> None:
+    """Say which fields of ``model`` hold bodies or links that ``links_rewrite`` moves (each
+    app, from its ``ready()``). Timelines and signed webhook bodies are never registered:
+    they say what was, as it was."""
+    _REWRITABLE[model._meta.label] = (model, tuple(fields))
+
+
+def rewritable() -> list[tuple[type[Model], tuple[str, ...]]]:
+    return [_REWRITABLE[label] for label in sorted(_REWRITABLE)]
+
+
+def _rewrite_value(value: Any, old_host: str, new_host: str) -> tuple[Any, int]:
+    if isinstance(value, str):
+        return links_rewrite_text(value, old_host=old_host, new_host=new_host)
+    if isinstance(value, list):
+        moved = 0
+        items = []
+        for item in value:
+            new, count = _rewrite_value(item, old_host, new_host)
+            items.append(new)
+            moved += count
+        return items, moved
+    if isinstance(value, dict):
+        moved = 0
+        mapping = {}
+        for key, item in value.items():
+            new, count = _rewrite_value(item, old_host, new_host)
+            mapping[key] = new
+            moved += count
+        return mapping, moved
+    return value, 0
+
+
+def host_problem(host: str) -> str | None:
+    if not HOST.match(host) or ".." in host:
+        return f"'{host[:100]}' is not a host name (such as wandb.ai or github.com:443)"
+    return None
+
+
+def links_rewrite(*, old_host: str, new_host: str, dry_run: bool = False) -> dict[str, list[int]]:
+    """Move every http(s) address on ``old_host`` to ``new_host`` in the registered fields.
+    Returns, per ``app.Model.field``, [rows changed, addresses moved]. Rows are written with
+    ``update()`` (no save signals: a moved link is not an edit to sync to GitHub), each in its
+    own transaction, and the caches are told (``rows_changed``); a dry run writes nothing."""
+    from django.db import transaction
+    from django.db.models import TextField
+    from django.db.models.functions import Cast
+
+    from marin_site.invalidation import rows_changed
+
+    for host in (old_host, new_host):
+        problem = host_problem(host)
+        if problem:
+            raise ValueError(problem)
+    counts: dict[str, list[int]] = {}
+    for model, fields in rewritable():
+        for name in fields:
+            counts[f"{model._meta.label}.{name}"] = [0, 0]
+        needle = f"://{old_host}"
+        rows = model._default_manager.annotate(
+            **{f"_links_{name}": Cast(name, TextField()) for name in fields}
+        )
+        query = None
+        for name in fields:
+            clause = Q(**{f"_links_{name}__icontains": needle})
+            query = clause if query is None else query | clause
+        for row in rows.filter(query).only("pk", *fields).iterator(chunk_size=500):
+            changes: dict[str, Any] = {}
+            for name in fields:
+                new, moved = _rewrite_value(getattr(row, name), old_host, new_host)
+                if moved:
+                    changes[name] = new
+                    counts[f"{model._meta.label}.{name}"][0] += 1
+                    counts[f"{model._meta.label}.{name}"][1] += moved
+            if changes and not dry_run:
+                with transaction.atomic():
+                    model._default_manager.filter(pk=row.pk).update(**changes)
+                    rows_changed(model, [row.pk])
+    return counts
