@@ -75,12 +75,12 @@ def test_rewrite_text_moves_whole_hosts_only() -> None:
 
 @pytest.mark.django_db
 def test_links_rewrite_moves_bodies_and_links_and_reports_counts() -> None:
-    proposal = ProposalFactory(
+    proposal = ProposalFactory.create(
         description="Curves: https://old.example.org/team/p/runs/1 and https://old.example.org/x",
         wandb_url="https://old.example.org/team/p/reports/r",
     )
-    comment = CommentFactory(proposal=proposal, body="also https://old.example.org/y")
-    untouched = ProposalFactory(description="nothing here")
+    comment = CommentFactory.create(proposal=proposal, body="also https://old.example.org/y")
+    untouched = ProposalFactory.create(description="nothing here")
     event_count = Event.objects.count()
     out = io.StringIO()
     call_command(
