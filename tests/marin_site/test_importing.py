@@ -266,3 +266,20 @@ def test_maintainer_group_member_may_import(client: Any, contributor: Any) -> No
     contributor.groups.add(Group.objects.get_or_create(name="maintainer")[0])
     client.force_login(contributor)
     assert client.get("/imports/").status_code == 200
+
+
+@pytest.mark.django_db
+def test_imports_page_takes_uploads_past_the_request_cap_up_to_its_own(
+    client: Any, maintainer: Any, lines_importer: Any, settings: Any
+) -> None:
+    settings.REQUEST_BODY_CAP = 1024
+    settings.IMPORTS_MAX_BYTES = 64 * 1024
+    client.force_login(maintainer)
+    upload = io.BytesIO(b"alpha\n" + b"\n" * 4000)  # over the request cap, under the importers'
+    upload.name = "names.txt"
+    answer = client.post("/imports/", {"kind": "lines", "file": upload})
+    assert answer.status_code == 200 and b"imported 1, skipped 4000" in answer.content
+    big = io.BytesIO(b"\n" * (70 * 1024))
+    big.name = "big.txt"
+    answer = client.post("/imports/", {"kind": "lines", "file": big})
+    assert answer.status_code == 413

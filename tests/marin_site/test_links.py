@@ -74,6 +74,7 @@ def test_rewrite_text_moves_whole_hosts_only() -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.sqlite  # JSON fields cast to text, on both databases
 def test_links_rewrite_moves_bodies_and_links_and_reports_counts() -> None:
     proposal = ProposalFactory.create(
         description="Curves: https://old.example.org/team/p/runs/1 and https://old.example.org/x",
@@ -105,6 +106,7 @@ def test_links_rewrite_moves_bodies_and_links_and_reports_counts() -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.sqlite  # JSON fields cast to text, on both databases
 def test_links_rewrite_reaches_json_fields_and_dry_runs(recipe: Any) -> None:
     from runs.models import Run
     from tests.runs.runs_helpers import launched_plan
@@ -142,6 +144,7 @@ def test_links_rewrite_reaches_json_fields_and_dry_runs(recipe: Any) -> None:
 
 
 @pytest.mark.django_db
+@pytest.mark.sqlite  # JSON fields cast to text, on both databases
 def test_links_rewrite_refuses_what_is_not_a_host() -> None:
     with pytest.raises(CommandError, match="is not a host name"):
         call_command("links_rewrite", "--from", "https://old.example.org/", "--to", "new.org")

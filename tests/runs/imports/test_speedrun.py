@@ -21,6 +21,8 @@ RESULTS_130M = FIXTURES / "experiments/speedrun/adamw_llama_scaling/130m/speedru
 RESULTS_SWEEP = FIXTURES / "experiments/speedrun/muon_sweep/speedrun_results.json"
 BOARD = FIXTURES / "runs.json"
 
+pytestmark = pytest.mark.sqlite  # JSON lookups of plans by track, on both databases
+
 
 def _import(path: Path, **kwargs: Any) -> importing.ImportReport:
     return importing.import_run(kind="speedrun", source=str(path), **kwargs)

@@ -17,7 +17,7 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "tracker"
 GOOD = FIXTURES / "tracker_metrics.jsonl"
 TRUNCATED = FIXTURES / "tracker_metrics_truncated.jsonl"
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]  # the ingest, both ways
 
 
 @pytest.fixture

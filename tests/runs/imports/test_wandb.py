@@ -20,7 +20,7 @@ SPEEDRUN = (
     / "fixtures/speedrun/experiments/speedrun/adamw_llama_scaling/130m/speedrun_results.json"
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.sqlite]  # JSON lookups, the ingest
 
 
 @pytest.fixture
