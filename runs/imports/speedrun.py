@@ -257,6 +257,10 @@ def _tags(result: SpeedrunResult, track: str) -> dict[str, str]:
     return {k: v for k, v in tags.items() if v}
 
 
+def _next(top: int | None) -> int:
+    return 0 if top is None else top + 1
+
+
 def _same_figures(stored: dict[str, Any], figures: dict[str, float]) -> bool:
     """The database may give back 1.7e18 as an integer (jsonb keeps numbers as numeric)."""
     if set(stored) != set(figures):
@@ -285,7 +289,7 @@ def _store(result: SpeedrunResult, *, track: str, by: Any) -> tuple[Run, str]:
     digest = config_hash(config)
     entry = PlanEntry.objects.filter(plan=plan, config_hash=digest).first()
     if entry is None:
-        index = (plan.entries.aggregate(top=Max("index"))["top"] or -1) + 1
+        index = _next(plan.entries.aggregate(top=Max("index"))["top"])
         entry = PlanEntry.objects.create(
             plan=plan,
             index=index,
@@ -295,7 +299,7 @@ def _store(result: SpeedrunResult, *, track: str, by: Any) -> tuple[Run, str]:
             flops=result.figures["model_flops"],
             accelerator_hours=0.0,
         )
-    sequence = (entry.runs.aggregate(top=Max("sequence"))["top"] or -1) + 1
+    sequence = _next(entry.runs.aggregate(top=Max("sequence"))["top"])
     finished = result.completed_at
     seconds = result.figures["training_time"]
     run = Run.objects.create(

@@ -178,3 +178,20 @@ def test_imported_run_page_shows_its_figures(client: Any) -> None:
     page = client.get(f"/runs/{run.pk}/")
     assert page.status_code == 200
     assert b"imported" in page.content and b"1.186" in page.content
+
+
+@pytest.mark.django_db
+def test_two_results_of_one_config_are_two_runs_of_its_entry(tmp_path: Path) -> None:
+    _import(RESULTS_130M)
+    data = json.loads(RESULTS_130M.read_text())
+    data["runs"][0]["run_info"]["wandb_run_link"] = (
+        "https://wandb.ai/example-org/speedrun/runs/rerun-1"
+    )
+    rerun = tmp_path / "experiments/speedrun/adamw_llama_scaling/130m/speedrun_results.json"
+    rerun.parent.mkdir(parents=True)
+    rerun.write_text(json.dumps(data))
+    report = _import(rerun)
+    assert report.matched_count == 1
+    runs = list(Run.objects.order_by("pk"))
+    assert [r.sequence for r in runs] == [0, 1] and runs[0].entry_id == runs[1].entry_id
+    assert runs[1].plan.run_count == 1  # one entry, rerun
