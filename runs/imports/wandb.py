@@ -29,10 +29,12 @@ from typing import IO, Any
 from django.core.exceptions import ValidationError
 
 from marin_site import importing, links
+from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.events import Verb
 from runs.imports.tracker import run_option
 from runs.metrics.parse import EARLIEST, LATEST, METRIC_KEY
-from runs.models import Run, RunOrigin
+from runs.models import Run, RunEvent, RunOrigin
 from runs.trackers import jsonl
 from runs.trackers import reports as tracker_reports
 
@@ -217,6 +219,15 @@ def wandb_history_import(
     report.note(f"Run {target.pk}: {verb} {points} points from {rows} rows.")
     if not dry_run:
         _apply_config_and_summary(report, target, config_data, summary_data, wandb_id)
+        message = f"imported W&B history: {points} points from {rows} rows of {report.source}"
+        RunEvent.build(
+            run_id=target.pk,
+            verb=Verb.TRACKER_IMPORT,
+            door=Door.WEB if getattr(by, "is_authenticated", False) else Door.SYSTEM,
+            actor=by,
+            actor_label="" if by else "manage.py import_history",
+            message=message + (f" ({wandb_id})" if wandb_id else ""),
+        ).save()
     return report
 
 

@@ -79,6 +79,9 @@ def test_full_curves_config_and_summary_come_onto_the_run(run: Run, name: str) -
     assert not any(key.startswith("_") for key in run.final_metrics)
     assert run.tracker_tags["wandb.run"] == "example-org/speedrun/abc123"
     assert run.wandb_url.endswith("/example-org/speedrun/runs/abc123")
+    event = run.events.get(verb="tracker_import")
+    assert event.message.startswith("imported W&B history: 24 points from 10 rows")
+    assert event.message.endswith("(wandb:example-org/speedrun/abc123)")
 
 
 def test_importing_again_doubles_nothing(run: Run) -> None:
