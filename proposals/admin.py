@@ -15,6 +15,7 @@ from proposals.models import (
     Event,
     Follow,
     GitHubOutbox,
+    GitHubBackfill,
     GitHubRoleGrant,
     Label,
     Notice,
@@ -151,6 +152,14 @@ class PendingIssueAdmin(TimelineAdmin):
 
     list_display = ["number", "reason", "received_at", "updated_at"]
     search_fields = ["reason"]
+
+
+@admin.register(GitHubBackfill)
+class GitHubBackfillAdmin(TimelineAdmin):
+    """Where ``manage.py github_backfill`` of each repository stands: shown, never edited
+    here (the next run continues from it)."""
+
+    list_display = ["repository", "phase", "label_index", "page", "since", "finished_at"]
 
 
 @admin.register(Follow)
