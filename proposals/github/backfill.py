@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+from allauth.socialaccount.models import SocialAccount
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -144,6 +145,7 @@ class Backfill:
         self.seen: set[int] = set()
         self.recipe: Recipe | None = None
         self.full_listing = False
+        self.label_rows: dict[str, Label] = {}
 
     @property
     def api(self) -> RestReader:
@@ -283,6 +285,12 @@ class Backfill:
             return
         counts[outcome] += 1
 
+    def _labels(self, names: list[str]) -> list[Label]:
+        """The site's labels of these names, created on first sight, kept for the run."""
+        for name in set(names) - set(self.label_rows):
+            self.label_rows[name] = Label.objects.get_or_create(name=name)[0]
+        return [self.label_rows[name] for name in sorted(set(names))]
+
     def _account(self, user_data: dict[str, Any]) -> User:
         login = github_login(user_data)
         key = (login, user_data.get("id") if isinstance(user_data.get("id"), int) else None)
@@ -308,7 +316,7 @@ class Backfill:
         self, proposal_id: int, number: int, comments: list[dict[str, Any]]
     ) -> None:
         """Comments a webhook carried onto a proposal's mirror (no command is run)."""
-        self._comments_apply(proposal_id, number, comments)
+        self._comments_apply({number: proposal_id}, [(number, c) for c in comments])
 
     def _issue_apply(self, issue: dict[str, Any], place: str) -> str:
         number = issue["number"]
@@ -380,7 +388,7 @@ class Backfill:
         proposal.github_mirror = {**kept, **mirror}
         _clean_dropping(proposal, values, self.report, place)
         proposal.save()
-        proposal.labels.set(_labels(ours[:20]))
+        proposal.labels.set(self._labels(ours[:20]))
         if proposal.github_created_at:
             Proposal.objects.filter(pk=proposal.pk).update(created_at=proposal.github_created_at)
         if created:
@@ -414,47 +422,66 @@ class Backfill:
             self._save(state)
 
     def _comment_page(self, items: list[Any]) -> None:
+        """One page of the repository's comments, in one transaction and a few statements
+        whatever the number of issues it spans."""
         counts = self.report.counts
-        by_number: dict[int, list[dict[str, Any]]] = {}
+        numbered: list[tuple[int, dict[str, Any]]] = []
         for comment in items:
             if not isinstance(comment, dict):
                 continue
             match = ISSUE_NUMBER.search(str(comment.get("issue_url") or ""))
             if match:
-                by_number.setdefault(int(match.group(1)), []).append(comment)
-        linked = dict(
-            Proposal.objects.filter(github_issue_number__in=list(by_number)).values_list(
-                "github_issue_number", "pk"
-            )
-        )
-        for number, comments in by_number.items():
-            proposal_id = linked.get(number)
-            if proposal_id is None:
-                counts["comments_not_ours"] += len(comments)
-                continue
-            if self.dry_run:
-                counts["comments_created"] += len(comments)
-                continue
-            with transaction.atomic():
-                self._comments_apply(proposal_id, number, comments)
+                numbered.append((int(match.group(1)), comment))
+        linked = {
+            number: pk
+            for number, pk in Proposal.objects.filter(
+                github_issue_number__in={number for number, _ in numbered}
+            ).values_list("github_issue_number", "pk")
+            if number is not None
+        }
+        ours = [(number, c) for number, c in numbered if number in linked]
+        counts["comments_not_ours"] += len(numbered) - len(ours)
+        if self.dry_run:
+            counts["comments_created"] += len(ours)
+            return
+        with transaction.atomic():
+            self._comments_apply(linked, ours)
+
+    def _accounts_prefetch(self, users: list[dict[str, Any]]) -> None:
+        """The accounts of a page's authors that exist already, in one query."""
+        wanted = {
+            str(u["id"]): github_login(u)
+            for u in users
+            if isinstance(u.get("id"), int) and (github_login(u), u["id"]) not in self.accounts
+        }
+        if not wanted:
+            return
+        for social in SocialAccount.objects.filter(
+            provider="github", uid__in=list(wanted)
+        ).select_related("user"):
+            login = wanted[social.uid]
+            if social.extra_data.get("login") == login:  # a renamed login goes the long way
+                self.accounts[(login, int(social.uid))] = social.user
 
     def _comments_apply(
-        self, proposal_id: int, number: int, comments: list[dict[str, Any]]
+        self, linked: dict[int, int], comments: list[tuple[int, dict[str, Any]]]
     ) -> set[int]:
-        """Mirror ``comments`` of issue ``number``; the ids of those GitHub has (stored or
-        refused), so the reconcile can tell which mirrored ones were deleted."""
+        """Mirror ``comments`` (issue number, comment) onto the proposals ``linked`` names;
+        the ids of those GitHub has (stored or refused), so the reconcile can tell which
+        mirrored ones were deleted."""
         counts = self.report.counts
-        ids = [c["id"] for c in comments if isinstance(c.get("id"), int)]
+        ids = [c["id"] for _, c in comments if isinstance(c.get("id"), int)]
         existing = {
             row[0]: row[1:]
             for row in Comment.objects.filter(github_comment_id__in=ids).values_list(
                 "github_comment_id", "pk", "github_updated_at", "body"
             )
         }
-        refused: list[int] = []
+        self._accounts_prefetch([c["user"] for _, c in comments if isinstance(c.get("user"), dict)])
+        refused: dict[int, list[int]] = {}
         fresh: list[tuple[Comment, datetime | None]] = []
         present: set[int] = set()
-        for comment in comments:
+        for number, comment in comments:
             comment_id = comment.get("id")
             if not isinstance(comment_id, int):
                 continue
@@ -464,7 +491,7 @@ class Backfill:
                 if refusal:  # the site's own comments are skipped without a word
                     self.report.problem(f"comment {comment_id} on issue #{number}", refusal)
                 counts["comments_skipped"] += 1
-                refused.append(comment_id)
+                refused.setdefault(linked[number], []).append(comment_id)
                 continue
             body, user_data = comment["body"].replace("\x00", ""), comment["user"]
             updated_at = _when(comment.get("updated_at"))
@@ -478,7 +505,7 @@ class Backfill:
                 continue
             login = github_login(user_data)
             row = Comment(
-                proposal_id=proposal_id,
+                proposal_id=linked[number],
                 author=self._account(user_data),
                 author_label=f"@{login} on GitHub"[:100],
                 body=body,
@@ -490,15 +517,15 @@ class Backfill:
             rows = Comment.objects.bulk_create([row for row, _ in fresh])
             for row, (_, created_at) in zip(rows, fresh, strict=True):
                 row.created_at = created_at or row.created_at
-            Comment.objects.bulk_update(rows, ["created_at"])
+            Comment.objects.bulk_update(rows, ["created_at"])  # auto_now_add set it to now
             counts["comments_created"] += len(rows)
-        if refused:
+        for proposal_id, refused_ids in refused.items():
             proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
             known = set(proposal.github_mirror.get("refused_comments") or [])
-            if not set(refused) <= known:
+            if not set(refused_ids) <= known:
                 mirror = {
                     **proposal.github_mirror,
-                    "refused_comments": sorted(known | set(refused)),
+                    "refused_comments": sorted(known | set(refused_ids)),
                 }
                 Proposal.objects.filter(pk=proposal_id).update(github_mirror=mirror)
         return present
@@ -564,7 +591,9 @@ class Backfill:
             return
         for page in self.api.pages(path, {"per_page": PER_PAGE}):
             with transaction.atomic():
-                present |= self._comments_apply(proposal_id, number, page.items)
+                present |= self._comments_apply(
+                    {number: proposal_id}, [(number, c) for c in page.items if isinstance(c, dict)]
+                )
         with transaction.atomic():
             gone = Comment.objects.filter(
                 proposal_id=proposal_id, github_comment_id__isnull=False
@@ -651,10 +680,6 @@ def _issue_problem(issue: dict[str, Any]) -> str:
     if not EXPERIMENT_LABELS & {n.lower() for n in issue_labels(issue)}:
         return "it carries no experiment label"
     return ""
-
-
-def _labels(names: list[str]) -> list[Label]:
-    return [Label.objects.get_or_create(name=name)[0] for name in sorted(set(names))]
 
 
 def _clean_dropping(
