@@ -50,6 +50,8 @@ class Verb(models.TextChoices):
     ISSUE_REOPENED = "issue_reopened", "reopened the issue"
     ISSUE_DELETED = "issue_deleted", "deleted the issue"
     ISSUE_TRANSFERRED = "issue_transferred", "transferred the issue"
+    IMPORTED = "imported", "imported the GitHub issue"
+    ADOPTED = "adopted", "adopted the imported proposal"
     # A run's life (the states it reaches are named as the states are).
     QUEUED = "queued", "queued"
     CACHED = "cached", "reused a finished run of the same config"

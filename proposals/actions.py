@@ -79,6 +79,9 @@ TRANSITIONS: dict[str, Transition] = {
         Transition(
             "cancel", frozenset({State.APPROVED}), State.CANCELED, perms.CANCEL, Verb.CANCELED
         ),
+        # An imported old issue (manage.py github_backfill) joins the lifecycle as a draft;
+        # from then on the site syncs it like any other (until then it writes nothing).
+        Transition("adopt", frozenset({State.IMPORTED}), State.DRAFT, perms.ADOPT, Verb.ADOPTED),
     )
 }
 
@@ -125,6 +128,7 @@ ACTIONS: dict[str, Action] = {
         _transition_action("reject", "Reject", "danger"),
         _transition_action("withdraw", "Withdraw", "danger"),
         _transition_action("cancel", "Cancel", "danger"),
+        _transition_action("adopt", "Adopt on the site", "primary"),
         Action("hold", "Hold", perms.HOLD, ALL_STATES, "hold", "hold or unhold this proposal"),
         Action(
             "unhold",
@@ -155,7 +159,8 @@ ACTIONS: dict[str, Action] = {
             "record_outcome",
             "Record outcome",
             perms.RECORD_OUTCOME,
-            frozenset({State.APPROVED, State.CANCELED}),
+            # An imported issue's result, found before the site: no plan, no approval.
+            frozenset({State.APPROVED, State.CANCELED, State.IMPORTED}),
             "record an outcome",
             "record the outcome",
         ),

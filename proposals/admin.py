@@ -14,6 +14,7 @@ from proposals.models import (
     Comment,
     Event,
     Follow,
+    GitHubBackfill,
     GitHubOutbox,
     GitHubRoleGrant,
     Label,
@@ -151,6 +152,14 @@ class PendingIssueAdmin(TimelineAdmin):
 
     list_display = ["number", "reason", "received_at", "updated_at"]
     search_fields = ["reason"]
+
+
+@admin.register(GitHubBackfill)
+class GitHubBackfillAdmin(TimelineAdmin):
+    """Where ``manage.py github_backfill`` of each repository stands: shown, never edited
+    here (the next run continues from it)."""
+
+    list_display = ["repository", "phase", "label_index", "page", "since", "finished_at"]
 
 
 @admin.register(Follow)

@@ -144,6 +144,12 @@ class ProposalViewSet(
     def cancel(self, request: Request, pk: str | None = None) -> Response:
         return self._transition(request, pk, "cancel")
 
+    @extend_schema(request=TransitionSerializer, responses=ProposalSerializer)
+    @action(detail=True, methods=["post"])
+    def adopt(self, request: Request, pk: str | None = None) -> Response:
+        """An imported old issue joins the site's lifecycle (a draft) and its GitHub sync."""
+        return self._transition(request, pk, "adopt")
+
     @extend_schema(request=OutcomeSerializer, responses=ProposalSerializer)
     @action(detail=True, methods=["post"])
     def outcome(self, request: Request, pk: str | None = None) -> Response:

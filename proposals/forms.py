@@ -142,3 +142,24 @@ class OutcomeForm(forms.Form):
         label="Why record it without results",
         widget=forms.Textarea(attrs={"rows": 2}),
     )
+    # Shown for an imported old issue: its result as found, with its key figures and links.
+    results = forms.CharField(
+        required=False,
+        max_length=64 * 1024,
+        label="Key figures",
+        widget=forms.Textarea(attrs={"rows": 3}),
+    )
+    wandb_url = forms.URLField(
+        required=False, max_length=500, label="W&B report", assume_scheme="https"
+    )
+    data_browser_url = forms.URLField(
+        required=False, max_length=500, label="Data browser", assume_scheme="https"
+    )
+
+    def clean(self) -> dict[str, object]:
+        """Fields the page did not show (a proposal not imported) are not sent: kept."""
+        cleaned = super().clean() or {}
+        for key in ("results", "wandb_url", "data_browser_url"):
+            if key not in self.data:
+                cleaned[key] = None
+        return cleaned

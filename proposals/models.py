@@ -30,6 +30,9 @@ class State(models.TextChoices):
     REJECTED = "rejected", "Rejected"
     WITHDRAWN = "withdrawn", "Withdrawn"
     CANCELED = "canceled", "Canceled"
+    # An old GitHub issue brought in by ``manage.py github_backfill``: a quiet mirror, outside
+    # the review lifecycle, that writes nothing to GitHub until a maintainer adopts it.
+    IMPORTED = "imported", "Imported"
 
 
 class Outcome(models.TextChoices):
@@ -132,6 +135,13 @@ class Proposal(models.Model):
     github_sections = models.JSONField(
         default=dict, blank=True, help_text="The issue's sections as last applied."
     )
+    # What an imported issue carried (proposals/github/backfill.py): its parent issue (a
+    # sub-issue of a tracker), its dates on GitHub, and the mirror's facts (author login and
+    # id, every label as GitHub names it, its comment count, comments refused).
+    github_parent_number = models.PositiveIntegerField(null=True, blank=True)
+    github_created_at = models.DateTimeField(null=True, blank=True)
+    github_closed_at = models.DateTimeField(null=True, blank=True)
+    github_mirror = models.JSONField(default=dict, blank=True)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -338,6 +348,27 @@ class WebhookDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.event}.{self.action} {self.delivery_id} ({self.outcome})"
+
+
+class GitHubBackfill(models.Model):
+    """Where ``manage.py github_backfill`` of one repository stands: an interrupted run
+    continues from here, and a finished one is the ``since`` of the next."""
+
+    repository = models.CharField(max_length=200, unique=True)
+    labels = models.JSONField(default=list, blank=True)
+    phase = models.CharField(max_length=20, default="issues")
+    label_index = models.PositiveIntegerField(default=0)
+    page = models.PositiveIntegerField(default=1)
+    since = models.DateTimeField(null=True, blank=True, help_text="the last finished run's start")
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    counts = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        verbose_name = "GitHub backfill"
+
+    def __str__(self) -> str:
+        return f"backfill of {self.repository} ({self.phase})"
 
 
 class GitHubRoleGrant(models.Model):

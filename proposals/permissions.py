@@ -29,6 +29,7 @@ COMMENT = "proposals.comment_proposal"
 VIEW_REVIEW_QUEUE = "proposals.view_review_queue"
 HOLD = "proposals.hold_proposal"
 MANAGE_GITHUB_SYNC = "proposals.manage_github_sync"
+ADOPT = "proposals.adopt_proposal"
 
 
 @rules.predicate
@@ -55,6 +56,7 @@ rules.add_perm(COMMENT, is_contributor)
 rules.add_perm(VIEW_REVIEW_QUEUE, is_reviewer)
 rules.add_perm(HOLD, is_maintainer)
 rules.add_perm(MANAGE_GITHUB_SYNC, is_maintainer)
+rules.add_perm(ADOPT, is_maintainer)
 
 # The admin asks Django's permission names (marin_site/admin.py): maintainers open it for the
 # GitHub sync they manage (the outbox, whose failed writes they retry, and the deliveries).

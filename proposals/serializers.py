@@ -249,6 +249,12 @@ class OutcomeSerializer(serializers.Serializer):
         help_text="Required while the plan's runs are not all terminal: why the verdict "
         "cannot wait for the results.",
     )
+    # An imported old issue's result, found before the site: its key figures and links.
+    results = serializers.CharField(
+        required=False, allow_blank=True, max_length=64 * 1024, help_text="Key figures (Markdown)."
+    )
+    wandb_url = serializers.URLField(required=False, allow_blank=True, max_length=500)
+    data_browser_url = serializers.URLField(required=False, allow_blank=True, max_length=500)
 
 
 class ReviewSerializer(serializers.ModelSerializer):

@@ -456,12 +456,17 @@ def proposal_record_outcome(
     confidence: str,
     door: str = Door.WEB,
     without_results_reason: str = "",
+    results: str | None = None,
+    wandb_url: str | None = None,
+    data_browser_url: str | None = None,
 ) -> Proposal:
     """Record the scientific verdict, kept apart from the state; an event marks each change.
 
     A verdict waits for the results: while any run of the proposal's plan is not terminal,
     it is refused unless recorded explicitly without results, with a reason (kept on the
-    timeline)."""
+    timeline). An imported old issue has no plan and needs no approval: its verdict is
+    recorded as found, with its key figures (``results``) and links when given (None keeps
+    what is stored)."""
     proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
     action_require(proposal=proposal, actor=actor, name="record_outcome")
     if outcome not in Outcome.values:
@@ -480,13 +485,35 @@ def proposal_record_outcome(
             }
         )
     previous = proposal.outcome
-    if (previous, proposal.conclusion, proposal.confidence) == (outcome, conclusion, confidence):
+    extras = {
+        key: value.strip()
+        for key, value in (
+            ("results", results),
+            ("wandb_url", wandb_url),
+            ("data_browser_url", data_browser_url),
+        )
+        if value is not None
+    }
+    if (previous, proposal.conclusion, proposal.confidence) == (
+        outcome,
+        conclusion,
+        confidence,
+    ) and all(getattr(proposal, key) == value for key, value in extras.items()):
         return proposal
     proposal.outcome, proposal.conclusion, proposal.confidence = outcome, conclusion, confidence
+    for key, value in extras.items():
+        setattr(proposal, key, value)
     proposal.concluded_at = timezone.now()
     proposal.full_clean(exclude=["author", "plan", "recipe"])
     proposal.save(
-        update_fields=["outcome", "conclusion", "confidence", "concluded_at", "updated_at"]
+        update_fields=[
+            "outcome",
+            "conclusion",
+            "confidence",
+            "concluded_at",
+            "updated_at",
+            *extras,
+        ]
     )
     event_record(
         proposal=proposal,

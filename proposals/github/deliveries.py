@@ -27,13 +27,16 @@ from django.utils import timezone
 from marin_site.db import exclusive_for_transaction, row_insert_unless_present
 from marin_site.errors import DomainError
 from proposals.github.accounts import github_login
+from proposals.github.backfill import imported_comment_apply, imported_issue_apply
 from proposals.github.body import is_experiment
 from proposals.github.issues import (
     RecipeMissing,
     Result,
+    _when,
     applied,
     comment_event_apply,
     ignored,
+    is_bot,
     issue_event_apply,
     issue_keep,
     issue_labels,
@@ -42,7 +45,7 @@ from proposals.github.issues import (
 )
 from proposals.github.outbox.render import is_own_text
 from proposals.github.payloads import payload_problem
-from proposals.models import Proposal, WebhookDelivery
+from proposals.models import GitHubBackfill, PendingIssue, Proposal, State, WebhookDelivery
 
 logger = logging.getLogger(__name__)
 
@@ -307,15 +310,47 @@ def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
         settled = _unlinked_outcome(event, action, issue)
         if settled is not None:
             return settled
+        if is_bot(payload.get("sender")):
+            return ignored(f"a bot's {action} starts no proposal")
+        if action != "opened" and not _recent_open_issue(issue):
+            # An old experiment issue (closed, or older than the last backfill): mirrored
+            # quietly as an imported proposal, never answered with a draft and a comment.
+            return imported_issue_apply(issue)
         try:
             with transaction.atomic():
                 created = proposal_from_issue(issue=issue)
         except RecipeMissing as exc:
             return issue_keep(issue=issue, reason=exc.message)
         return applied(f"proposal {created.pk} created ({created.state})")
+    if proposal.state == State.IMPORTED:
+        if event == "issue_comment":
+            return imported_comment_apply(action, proposal, payload.get("comment") or {})
+        if action not in {"deleted", "transferred"}:
+            return imported_issue_apply(issue)
     if event == "issue_comment":
         return comment_event_apply(action, proposal, payload.get("comment") or {}, payload)
     return issue_event_apply(action, proposal, issue, payload)
+
+
+NEW_ISSUE_WINDOW = timedelta(days=1)
+
+
+def _recent_open_issue(issue: dict[str, Any]) -> bool:
+    """An open issue opened after the last backfill began (or, with none, within a day), or
+    one kept waiting for a recipe: labelling or editing it makes a proposal as opening it
+    does. Older ones are history."""
+    created = _when(issue.get("created_at"))
+    if issue.get("state") == "closed" or created is None:
+        return False
+    if PendingIssue.objects.filter(number=issue["number"]).exists():
+        return True  # opened while the site was watching, kept until a recipe exists
+    started = (
+        GitHubBackfill.objects.filter(started_at__isnull=False)
+        .order_by("-started_at")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    return created >= (started or timezone.now() - NEW_ISSUE_WINDOW)
 
 
 OPENING_ACTIONS = {"opened", "labeled", "edited", "reopened"}

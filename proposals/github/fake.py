@@ -2,9 +2,16 @@
 
 GitHub cannot be reached from the test machines, and patching PyGithub would test nothing,
 so tests (and the demo, through ``manage.py fake_github``) point ``GITHUB_API_URL`` here.
-It serves: the repository, the authenticated user, issues (create, get, edit, list),
-issue comments (create, get, edit, list, delete), issue labels (add, remove, list), with
-GitHub's rate-limit headers, ``Link`` pagination and ``url`` fields pointing back at itself.
+It serves: the repository, the authenticated user, issues (create, get, edit, list, with
+``since``, ``sort``, pull requests among them as GitHub lists them, and a sub-issue's
+``parent_issue_url``), issue comments (create, get, edit, list, delete; the repository-wide
+list with ``since``), issue labels (add, remove, list), with GitHub's rate-limit headers,
+``Link`` pagination (``next`` and ``last``) and ``url`` fields pointing back at itself. An
+issue transferred away answers 301.
+
+A primary rate limit can be switched on (``FakeGitHub.rate_limit``): a window of N requests
+that resets after some seconds, announced in the headers, and a request sent past it is
+answered 403 and counted in ``limit_violations``.
 
 It can be told to fail (``FakeGitHub.fail``): ``5xx``, ``timeout`` (answers too late),
 ``secondary`` (403 secondary rate limit with Retry-After), ``429`` (with Retry-After),
@@ -54,6 +61,11 @@ class FakeState:
     requests: list[tuple[str, str]] = field(default_factory=list)
     rules: list[FailureRule] = field(default_factory=list)
     rate_remaining: int = 5000
+    rate_limit: int | None = None  # None: the headers say 5000 left, and nothing is enforced
+    rate_window: float = 60.0
+    rate_reset: float = 0.0
+    limit_violations: int = 0
+    moved: dict[int, str] = field(default_factory=dict)  # number -> where it went
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1000))
 
 
@@ -125,6 +137,19 @@ class FakeGitHub:
         with self.lock:
             self.state.rules.clear()
 
+    def rate_limit(self, *, limit: int | None, window: float = 60.0) -> None:
+        """Enforce a primary rate limit of ``limit`` requests per ``window`` seconds (None:
+        off again)."""
+        with self.lock:
+            self.state.rate_limit = limit
+            self.state.rate_window = window
+            self.state.rate_reset = 0.0
+            self.state.rate_remaining = limit if limit is not None else 5000
+
+    def reads(self) -> list[tuple[str, str]]:
+        with self.lock:
+            return [r for r in self.state.requests if r[0] == "GET"]
+
     # Reads for tests.
     def issue(self, number: int) -> dict[str, Any]:
         with self.lock:
@@ -144,10 +169,51 @@ class FakeGitHub:
 
     # Seeding (an issue someone opened on GitHub).
     def add_issue(
-        self, *, title: str, body: str, login: str = "octocat", labels: list[str] | None = None
+        self,
+        *,
+        title: str,
+        body: Any,
+        login: str | None = "octocat",
+        labels: list[str] | None = None,
+        created_at: str | None = None,
+        closed_at: str | None = None,
+        parent: int | None = None,
+        pull_request: bool = False,
     ) -> dict[str, Any]:
+        """An issue (or a pull request, which GitHub lists among issues) opened on GitHub;
+        ``login=None`` is an author whose account is gone (``user: null``)."""
         with self.lock:
-            return self._create_issue(title, body, labels or [], login)
+            issue = self._create_issue(title, body, labels or [], login)
+            if created_at:
+                issue["created_at"] = issue["updated_at"] = created_at
+            if closed_at:
+                issue.update(state="closed", state_reason="completed", closed_at=closed_at)
+                issue["updated_at"] = max(issue["updated_at"], closed_at)
+            if parent is not None:
+                issue["parent_issue_url"] = f"{self._repo_url()}/issues/{parent}"
+            if pull_request:
+                issue["pull_request"] = {"url": f"{self._repo_url()}/pulls/{issue['number']}"}
+            return issue
+
+    def edit_issue_by_hand(self, *, number: int, **changes: Any) -> None:
+        """Someone edits the issue on GitHub (title, body, state...)."""
+        with self.lock:
+            self.state.issues[number].update(changes, updated_at=_now())
+
+    def transfer(self, *, number: int, to: str = "someone/else") -> None:
+        """The issue moves to another repository: it leaves the lists, and answers 301."""
+        with self.lock:
+            self.state.issues[number]["_moved"] = True
+            self.state.moved[number] = f"{self.url}/repos/{to}/issues/{number}"
+
+    def edit_comment_by_hand(self, *, comment_id: int, body: str) -> None:
+        with self.lock:
+            self.state.comments[comment_id].update(body=body, updated_at=_now())
+
+    def delete_comment_by_hand(self, *, comment_id: int) -> None:
+        with self.lock:
+            comment = self.state.comments.pop(comment_id)
+            self.state.issues[comment["_issue"]]["comments"] -= 1
 
     def add_user(self, *, login: str, user_id: int) -> None:
         """A GitHub account that ``GET /users/{login}`` finds (logins match in any case)."""
@@ -160,20 +226,32 @@ class FakeGitHub:
             labels = [x for x in self.state.issues[number]["labels"] if x["name"] != name]
             self.state.issues[number]["labels"] = labels + ([self._label(name)] if on else [])
 
-    def add_comment(self, *, number: int, body: str, login: str = "octocat") -> dict[str, Any]:
+    def add_comment(
+        self,
+        *,
+        number: int,
+        body: str,
+        login: str | None = "octocat",
+        created_at: str | None = None,
+    ) -> dict[str, Any]:
         with self.lock:
-            return self._create_comment(number, body, login)
+            comment = self._create_comment(number, body, login)
+            if created_at:
+                comment["created_at"] = comment["updated_at"] = created_at
+            return comment
 
     # Internals, called with the lock held.
     def _repo_url(self) -> str:
         return f"{self.url}/repos/{self.state.owner}/{self.state.name}"
 
-    def _user(self, login: str) -> dict[str, Any]:
+    def _user(self, login: str | None) -> dict[str, Any] | None:
+        if login is None:
+            return None
         return {
             "login": login,
             "id": zlib.crc32(login.encode()) % 10_000_000,
             "node_id": f"U_{login}",
-            "type": "Bot" if login == self.state.bot_login else "User",
+            "type": "Bot" if login == self.state.bot_login or login.endswith("[bot]") else "User",
             "url": f"{self.url}/users/{login}",
             "html_url": f"https://github.com/{login}",
         }
@@ -190,7 +268,7 @@ class FakeGitHub:
         }
 
     def _create_issue(
-        self, title: str, body: str | None, labels: list[str], login: str
+        self, title: str, body: Any, labels: list[str], login: str | None
     ) -> dict[str, Any]:
         number = len(self.state.issues) + 1
         issue_id = next(self.state.ids)
@@ -222,7 +300,7 @@ class FakeGitHub:
         self.state.issues[number] = issue
         return issue
 
-    def _create_comment(self, number: int, body: str, login: str) -> dict[str, Any]:
+    def _create_comment(self, number: int, body: str, login: str | None) -> dict[str, Any]:
         comment_id = next(self.state.ids)
         now = _now()
         issue = self.state.issues[number]
@@ -249,7 +327,7 @@ class FakeGitHub:
             "node_id": "R_1",
             "name": self.state.name,
             "full_name": self.repository,
-            "owner": self._user(self.state.owner),
+            "owner": self._user(self.state.owner) or {},
             "private": False,
             "url": self._repo_url(),
             "html_url": f"https://github.com/{self.repository}",
@@ -287,7 +365,7 @@ class _Handler(BaseHTTPRequestHandler):
         data = b"" if body is None else json.dumps(body).encode()
         self.send_response(status)
         state = self.fake.state
-        reset = int(time.time()) + 3600
+        reset = int(state.rate_reset) if state.rate_limit is not None else int(time.time()) + 3600
         merged = {
             "Content-Type": "application/json; charset=utf-8",
             "Content-Length": str(len(data)),
@@ -334,6 +412,10 @@ class _Handler(BaseHTTPRequestHandler):
         with fake.lock:
             fake.state.requests.append((method, url.path))
             rule = self._failure(method)
+            over = self._over_limit()
+        if over:
+            self._send(403, {"message": "API rate limit exceeded for user."})
+            return
         if fake.state.token and self.headers.get("Authorization", "").split(" ")[-1] != (
             fake.state.token
         ):
@@ -349,6 +431,21 @@ class _Handler(BaseHTTPRequestHandler):
             self.connection.close()
             return
         self._send(status, payload, headers)
+
+    def _over_limit(self) -> bool:
+        """Count the request against the primary limit, if one is on; True when sent past it."""
+        state = self.fake.state
+        if state.rate_limit is None:
+            return False
+        now = time.time()
+        if now >= state.rate_reset:
+            state.rate_reset = now + state.rate_window
+            state.rate_remaining = state.rate_limit
+        if state.rate_remaining <= 0:
+            state.limit_violations += 1
+            return True
+        state.rate_remaining -= 1
+        return False
 
     def _fail(self, rule: FailureRule) -> None:
         if rule.kind == "timeout":
@@ -394,7 +491,7 @@ class _Handler(BaseHTTPRequestHandler):
             login = match.group(1)
             if login.lower() not in state.users:
                 return 404, {"message": "Not Found"}, {}
-            return 200, {**fake._user(login), "id": state.users[login.lower()]}, {}
+            return 200, {**(fake._user(login) or {}), "id": state.users[login.lower()]}, {}
         if path == "/rate_limit":
             core = {"limit": 5000, "remaining": state.rate_remaining, "reset": 0, "used": 0}
             return 200, {"resources": {"core": core}, "rate": core}, {}
@@ -404,6 +501,12 @@ class _Handler(BaseHTTPRequestHandler):
         rest = path[len(prefix) :]
         if rest == "" and method == "GET":
             return 200, fake._repo(), {}
+        if rest == "/issues/comments" and method == "GET":
+            comments = [
+                c for c in state.comments.values() if not state.issues[c["_issue"]].get("_moved")
+            ]
+            comments = self._since(comments, query)
+            return self._page(comments, query, f"{prefix}/issues/comments")
         if rest == "/issues":
             if method == "POST":
                 if not body.get("title"):
@@ -437,6 +540,9 @@ class _Handler(BaseHTTPRequestHandler):
             found = state.issues.get(int(match.group(1)))
             if found is None:
                 return 404, {"message": "Not Found"}, {}
+            if found.get("_moved"):
+                where = state.moved[found["number"]]
+                return 301, {"message": "Moved Permanently", "url": where}, {"Location": where}
             return self._issue_route(
                 method=method,
                 issue=found,
@@ -447,8 +553,19 @@ class _Handler(BaseHTTPRequestHandler):
             )
         return 404, {"message": "Not Found"}, {}
 
+    @staticmethod
+    def _since(items: list[dict[str, Any]], query: dict[str, str]) -> list[dict[str, Any]]:
+        """GitHub's ``since``: only what was updated at or after it; ``sort``/``direction``."""
+        if query.get("since"):
+            items = [i for i in items if i["updated_at"] >= query["since"]]
+        if query.get("sort") == "updated":
+            items = sorted(items, key=lambda i: (i["updated_at"], i["id"]))
+        if query.get("direction") == "desc":
+            items = items[::-1]
+        return items
+
     def _issue_list(self, query: dict[str, str]) -> list[dict[str, Any]]:
-        issues = list(self.fake.state.issues.values())
+        issues = [i for i in self.fake.state.issues.values() if not i.get("_moved")]
         wanted_state = query.get("state", "open")
         if wanted_state != "all":
             issues = [i for i in issues if i["state"] == wanted_state]
@@ -457,7 +574,12 @@ class _Handler(BaseHTTPRequestHandler):
             issues = [i for i in issues if wanted <= {label["name"] for label in i["labels"]}]
         if query.get("creator"):
             issues = [i for i in issues if i["user"]["login"] == query["creator"]]
-        issues.sort(key=lambda i: i["number"], reverse=query.get("direction", "desc") == "desc")
+        if query.get("since"):
+            issues = [i for i in issues if i["updated_at"] >= query["since"]]
+        key = "updated_at" if query.get("sort") == "updated" else "number"
+        issues.sort(
+            key=lambda i: (i[key], i["number"]), reverse=query.get("direction", "desc") == "desc"
+        )
         return issues
 
     def _issue_route(
@@ -490,10 +612,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return 201, _public(comment), {}
             if method == "GET":
                 comments = [
-                    _public(c)
-                    for c in fake.state.comments.values()
-                    if c["_issue"] == issue["number"]
+                    c for c in fake.state.comments.values() if c["_issue"] == issue["number"]
                 ]
+                comments = self._since(comments, query)
                 return self._page(comments, query, f"/issues/{issue['number']}/comments")
         if sub.startswith("/labels"):
             names = [label["name"] for label in issue["labels"]]
@@ -524,6 +645,9 @@ class _Handler(BaseHTTPRequestHandler):
             rest = {k: v for k, v in query.items() if k != "page"}
             params = "&".join(f"{k}={quote(str(v))}" for k, v in rest.items())
             base = path if path.startswith("/repos") else f"/repos/{self.fake.repository}{path}"
+            last = (len(items) + per_page - 1) // per_page
             link = f"{self.fake.url}{base}?{params}&page={page + 1}"
-            headers["Link"] = f'<{link}>; rel="next"'
+            headers["Link"] = (
+                f'<{link}>; rel="next", <{self.fake.url}{base}?{params}&page={last}>; rel="last"'
+            )
         return 200, chunk, headers

@@ -403,12 +403,23 @@ def linked_proposal(number: int) -> Proposal | None:
     return Proposal.objects.filter(github_issue_number=number).order_by().first()
 
 
+def is_bot(user_data: Any) -> bool:
+    """A bot's account (``github-actions[bot]``, the stale bot, an app): its events are
+    mirrored at most, never answered and never the start of a draft."""
+    if not isinstance(user_data, dict):
+        return False
+    login = str(user_data.get("login") or "").lower()
+    return user_data.get("type") == "Bot" or login.endswith("[bot]")
+
+
 def issue_event_apply(
     action: str, proposal: Proposal, issue: dict[str, Any], payload: dict[str, Any]
 ) -> Result:
     """An ``issues`` delivery about the issue linked to ``proposal``."""
     number = issue["number"]
     sender = payload.get("sender") or {}
+    if is_bot(sender) and action in {"edited", "labeled", "unlabeled"}:
+        return ignored(f"a bot's {action} ({github_login(sender)}) is not read back")
     if action == "edited":
         return proposal_apply_issue_edit(proposal=proposal, issue=issue, sender=sender)
     if action in {"labeled", "unlabeled"}:
@@ -450,6 +461,7 @@ def comment_event_apply(
     body = comment.get("body") or ""
     if not isinstance(comment_id, int):
         return ignored("no comment id")
+
     if is_own_text(body):
         return ignored("the site's own comment")
     existing = Comment.objects.filter(github_comment_id=comment_id).first()
@@ -491,6 +503,8 @@ def comment_event_apply(
         return ignored("comment already stored")
     if action == "edited":
         return applied("comment stored (an edit does not run commands)")
+    if is_bot(user_data) or is_bot(payload.get("sender")):
+        return applied("a bot's comment stored (its commands are not run)")
     answers = commands_answer(
         proposal_id=proposal.pk, user=author, login=login, github_comment_id=comment_id, body=body
     )

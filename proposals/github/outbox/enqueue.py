@@ -55,13 +55,20 @@ def _add(proposal: Proposal, operation: str, key: str, payload: dict[str, Any]) 
     return row
 
 
+def quiet(proposal: Proposal) -> bool:
+    """An imported old issue (``manage.py github_backfill``) is a mirror: nothing is written
+    to GitHub about it (no comment, label, managed block or status comment) until a
+    maintainer adopts it."""
+    return proposal.state == State.IMPORTED
+
+
 def outbox_proposal_changed(*, proposal: Proposal) -> None:
     """Queue what a change of the proposal means on GitHub: the issue, body, status, labels.
 
     Drafts made on the site get no issue until they are submitted. The sync writes compute
     what to send when they are sent, so one unsent row of each kind is enough.
     """
-    if not gh.sync_enabled():
+    if not gh.sync_enabled() or quiet(proposal):
         return
     has_issue = proposal.github_issue_number is not None
     if not has_issue:
@@ -89,7 +96,7 @@ def outbox_comment_enqueue(
     *, proposal: Proposal, key: str, body: str, comment_id: int | None = None
 ) -> GitHubOutbox | None:
     """Queue a comment on the proposal's issue (a site comment, an answer, a result)."""
-    if not gh.sync_enabled():
+    if not gh.sync_enabled() or quiet(proposal):
         return None
     if (
         proposal.github_issue_number is None

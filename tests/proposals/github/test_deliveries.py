@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.utils import timezone
 
 from marin_site.celery import app as celery_app
 from proposals.models import Comment, Event, PendingIssue, Proposal, WebhookDelivery
@@ -565,8 +566,9 @@ def test_the_drain_works_in_batches_oldest_first_and_a_failure_stays_its_own(
 ) -> None:
     from proposals.github import deliveries
 
+    recent = timezone.now().strftime("%Y-%m-%dT%H:%M:%SZ")  # new issues, not old ones mirrored
     for n in range(7):
-        issue = issue_payload(number=900 + n, title=f"t{n}", body="b")
+        issue = issue_payload(number=900 + n, title=f"t{n}", body="b", updated_at=recent)
         post_delivery(client, "issues", issues_delivery("edited", issue), delivery_id=f"b-{n}")
         post_delivery(client, "ping", {"zen": f"z{n}"}, delivery_id=f"p-{n}")  # no savepoint
     seen: list[int] = []
