@@ -10,7 +10,7 @@ times (1) ``plan_verdicts`` for ``effective_speedup`` and for ``pinned_refit``: 
 path a page or the result comment takes (the runs' throughput tails read from
 PostgreSQL, seeds averaged, the rule computed), and (2) the rules alone on the same
 figures (``verdict_compute``). Prints p50, p95 and max over --repeat runs after 3 warm-ups
-and records them in bench/RESULTS.md under "## verdicts (bench/verdicts.py)".
+and records them in bench/RESULTS.md under "## verdicts (bench/verdicts.py, issue 28)".
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def seed() -> Any:
     from django.db import transaction
     from django.utils import timezone
 
-    from runs.models import MetricPoint, MetricSummary, Recipe, Run, RunState
+    from runs.models import MetricPoint, MetricSummary, Plan, Recipe, Run, RunState
     from runs.recipes.demo import TINY_MOE
     from runs.services import dispatch
     from runs.services import plans as plan_services
@@ -70,9 +70,12 @@ def seed() -> Any:
         for name, width in (("small", 16), ("medium", 24), ("large", 32), ("xl", 48))
     }
     data["name"] = "bench-verdicts"
+    Plan.objects.filter(recipe__name=data["name"]).delete()  # a rerun starts afresh
     Recipe.objects.filter(name=data["name"]).delete()
     recipe = Recipe.objects.create(**{k: v for k, v in data.items() if hasattr(Recipe, k)})
-    plan = plan_services.plan_freeze(recipe=recipe, baseline={}, spec_text=SPEC)
+    plan = plan_services.plan_freeze(
+        recipe=recipe, baseline={}, spec_text=SPEC, budget_accelerator_hours=None
+    )
     with transaction.atomic():
         plan_services.plan_launch(plan_id=plan.pk, criteria={"metric": "eval/loss"})
     dispatch.plan_expand(plan_id=plan.pk)
@@ -81,7 +84,9 @@ def seed() -> Any:
         loss = 3.0 * (run.entry.flops / 1e12) ** -0.05 * (0.99 if not run.entry.is_baseline else 1)
         loss += 0.001 * (run.entry.seed or 0)
         run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
-        MetricSummary.objects.create(run=run, key="eval/loss", last=loss, min=loss, max=loss)
+        MetricSummary.objects.create(
+            run=run, key="eval/loss", last=loss, min=loss, max=loss, step=150
+        )
         MetricPoint.objects.bulk_create(
             MetricPoint(run=run, key="throughput/tokens_per_second", step=i, value=1e5, time=now)
             for i in range(150)
@@ -149,7 +154,7 @@ def main() -> None:
         print(
             f"{name}: p50 {statistics.median(values):.1f} ms, p95 {p95:.1f} ms, max {values[-1]:.1f} ms"
         )
-    results_section_replace("verdicts (bench/verdicts.py)", lines)
+    results_section_replace("verdicts (bench/verdicts.py, issue 28)", lines)
 
 
 if __name__ == "__main__":

@@ -187,7 +187,10 @@ def pinned_fit(
     """``(A, alpha, r2)`` of ``loss = asymptote + A * C^(-alpha)`` by least squares on the
     loss; ``r2`` is None when the losses do not vary."""
     reducible = losses - asymptote
-    errors = np.array([_fit_for_alpha(a, budgets, reducible)[1] for a in _ALPHA_GRID])
+    # Every grid exponent at once: x[i, j] = budget_j ** -alpha_i, the best A per row.
+    x = np.exp(-_ALPHA_GRID[:, None] * np.log(budgets)[None, :])
+    best_a = (x @ reducible) / np.einsum("ij,ij->i", x, x)
+    errors = np.sum((reducible[None, :] - best_a[:, None] * x) ** 2, axis=1)
     k = int(np.argmin(errors))
     low = float(_ALPHA_GRID[max(k - 1, 0)])
     high = float(_ALPHA_GRID[min(k + 1, len(_ALPHA_GRID) - 1)])

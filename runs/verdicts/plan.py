@@ -15,6 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 
 from runs.models import MetricPoint, Run, RunState
 from runs.results.ladder import variant_key, variant_label
@@ -32,16 +34,23 @@ from runs.verdicts.rules import rule_parameters
 PLAN_RULES = (EFFECTIVE_SPEEDUP, PINNED_REFIT)
 
 
-def tail_mean(
-    *, run_id: int, key: str = THROUGHPUT_KEY, window: int = THROUGHPUT_WINDOW
-) -> float | None:
-    """The mean of a run's last ``window`` logged values of ``key`` (by step)."""
-    values = list(
-        MetricPoint.objects.filter(run_id=run_id, key=key)
-        .order_by("-step")
-        .values_list("value", flat=True)[:window]
+def tail_means(
+    *, run_ids: Sequence[int], key: str = THROUGHPUT_KEY, window: int = THROUGHPUT_WINDOW
+) -> dict[int, float]:
+    """Each run's mean of its last ``window`` logged values of ``key`` (by step), in one
+    query (a window function numbers each run's points from its last step)."""
+    if not run_ids:
+        return {}
+    ranked = (
+        MetricPoint.objects.filter(run_id__in=list(run_ids), key=key)
+        .annotate(rank=Window(RowNumber(), partition_by=[F("run_id")], order_by=F("step").desc()))
+        .filter(rank__lte=window)
+        .values_list("run_id", "value")
     )
-    return float(np.mean(values)) if values else None
+    found: dict[int, list[float]] = {}
+    for run_id, value in ranked:
+        found.setdefault(run_id, []).append(value)
+    return {run_id: float(np.mean(values)) for run_id, values in found.items()}
 
 
 class _Cell:
@@ -73,6 +82,11 @@ def _cells(
 ) -> dict[tuple[str, str], _Cell]:
     cells: dict[tuple[str, str], _Cell] = {}
     labels: dict[str, str] = {}
+    speeds = (
+        tail_means(run_ids=[r.pk for r in runs if r.state == RunState.FINISHED])
+        if want_speed
+        else {}
+    )
     for run in runs:
         entry = run.entry
         key = variant_key(entry)
@@ -85,7 +99,7 @@ def _cells(
         if loss is None:
             cell.unfinished.append(f"run {run.pk} logged no {metric}")
             continue
-        speed = tail_mean(run_id=run.pk) if want_speed else None
+        speed = speeds.get(run.pk) if want_speed else None
         if want_speed and speed is None:
             cell.unfinished.append(f"run {run.pk} logged no {THROUGHPUT_KEY}")
             continue
