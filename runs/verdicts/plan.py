@@ -29,7 +29,7 @@ from runs.verdicts.gates import (
     THROUGHPUT_WINDOW,
     pinned_fit,
 )
-from runs.verdicts.rules import rule_parameters
+from runs.verdicts.rules import rule_parameters, verdict_run
 
 PLAN_RULES = (EFFECTIVE_SPEEDUP, PINNED_REFIT)
 
@@ -171,7 +171,7 @@ def plan_verdicts(
         payload = _payload(rule.name, params, cells, key, planned, metric)
         row["figures"] = payload  # what ``manage.py verdict_check`` would be given
         try:
-            row["verdict"] = rule.compute(params, payload).as_dict()
+            row["verdict"] = verdict_run(rule=rule, params=params, data=payload).as_dict()
         except Refusal as refusal:
             row["refused"] = str(refusal)
     return out

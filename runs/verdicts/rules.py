@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 from runs.verdicts.base import Refusal, Rule, Verdict
 from runs.verdicts.gates import EFFECTIVE_SPEEDUP_RULE, PINNED_REFIT_RULE
 from runs.verdicts.ladder import LADDER_RULE
@@ -61,7 +63,23 @@ def verdict_compute(payload: Any) -> Verdict:
     if not isinstance(payload, Mapping):
         raise Refusal(rule="?", field="", problem="the input must be a JSON object")
     rule, params = rule_parameters(payload.get("rule"))
-    return rule.compute(params, payload)
+    return verdict_run(rule=rule, params=params, data=payload)
+
+
+def verdict_run(*, rule: Rule, params: dict[str, Any], data: Mapping[str, Any]) -> Verdict:
+    """``rule`` on ``data`` with parameters already checked; raises ``Refusal``, never an
+    arithmetic error."""
+    try:
+        with np.errstate(all="ignore"):
+            return rule.compute(params, data)
+    except (OverflowError, ZeroDivisionError, FloatingPointError, np.linalg.LinAlgError) as exc:
+        # Figures so far apart that the arithmetic leaves the floating-point range: refused
+        # in words, never a 500.
+        raise Refusal(
+            rule=rule.name,
+            field="",
+            problem=f"the figures are out of the range this arithmetic can carry ({exc})",
+        ) from exc
 
 
 def rules_catalogue() -> list[dict[str, Any]]:

@@ -227,3 +227,11 @@ def test_bad_input_is_refused_naming_the_field_and_the_rule(payload: dict, field
     assert field in str(refused.value)
     kind = payload["rule"]["kind"] if isinstance(payload["rule"], dict) else "?"
     assert f"(rule {kind})" in str(refused.value)
+
+
+def test_figures_beyond_floating_point_are_refused_not_crashed() -> None:
+    """(1e200 / 0.1) ** (1 / 0.0941) leaves the float range: a refusal in words."""
+    with pytest.raises(Refusal) as refused:
+        verdict_compute(speedup_payload(("d512", 1e18, 1e200, 1e5, 1.7, 1e5)))
+    assert "out of the range" in str(refused.value)
+    assert "(rule effective_speedup)" in str(refused.value)

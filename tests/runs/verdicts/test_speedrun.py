@@ -95,3 +95,11 @@ def test_bad_input_is_refused(payload: dict, field: str) -> None:
     with pytest.raises(Refusal) as refused:
         verdict_compute(payload)
     assert refused.value.field == field
+
+
+def test_a_projection_past_floating_point_is_refused() -> None:
+    """BPB rising a hundred decades per decade of FLOPs, projected 300 decades on."""
+    points = [{"flops": 1e-300 * 10**e, "bpb": 10.0 ** (100 * e)} for e in (1, 2, 3)]
+    with pytest.raises(Refusal) as refused:
+        verdict_compute({"rule": {"kind": "speedrun_scaling"}, "points": points})
+    assert "out of the range" in str(refused.value)
