@@ -25,6 +25,7 @@ from runs.runner_api import (
 )
 from runs.series.api import PlanSeriesView, RunsSeriesView
 from runs.trackers.api import RunTrackerImportsView, RunTrackerImportView
+from runs.verdicts.api import VerdictCheckView, VerdictRulesView
 
 router = DefaultRouter()
 router.register("proposals", ProposalViewSet, basename="proposal")
@@ -40,6 +41,8 @@ router.register("campaigns", CampaignViewSet, basename="campaign")
 urlpatterns = [
     path("search/", ProposalSearchView.as_view(), name="proposal-search"),
     path("plans/preview/", PlanPreviewView.as_view(), name="plan-preview"),
+    path("verdicts/check/", VerdictCheckView.as_view(), name="verdict-check"),
+    path("verdicts/rules/", VerdictRulesView.as_view(), name="verdict-rules"),
     path("plans/<int:plan_id>/series/", PlanSeriesView.as_view(), name="plan-series"),
     path("runs/series/", RunsSeriesView.as_view(), name="runs-series"),  # before runs/<pk>/
     path("runs/<int:pk>/metrics/", RunMetricsView.as_view(), name="run-metrics"),

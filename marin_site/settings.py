@@ -378,7 +378,10 @@ REST_FRAMEWORK = {
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_THROTTLE_RATES": {"plan-preview": os.environ.get("PLAN_PREVIEW_RATE", "60/min")},
+    "DEFAULT_THROTTLE_RATES": {
+        "plan-preview": os.environ.get("PLAN_PREVIEW_RATE", "60/min"),
+        "verdict-check": os.environ.get("VERDICT_CHECK_RATE", "120/min"),
+    },
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.PageNumberPagination",
     "PAGE_SIZE": 25,
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],

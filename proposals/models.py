@@ -79,6 +79,9 @@ class Proposal(models.Model):
         blank=True,
         help_text="The smallest improvement over the baseline that counts as success.",
     )
+    # The verdict rule and its parameters ({kind, ...}: runs.verdicts.rules), preregistered
+    # with the criteria; it reaches the launch in ``criteria["rule"]``.
+    verdict_rule = models.JSONField(null=True, blank=True)
     recipe = models.ForeignKey(Recipe, on_delete=models.PROTECT, related_name="proposals")
     baseline = models.JSONField(default=dict, blank=True)
     ablation_spec = models.TextField(blank=True, max_length=64 * 1024)
@@ -164,11 +167,14 @@ class Proposal(models.Model):
 
     @property
     def criteria(self) -> dict[str, object]:
-        return {
+        criteria: dict[str, object] = {
             "metric": self.success_metric,
             "direction": self.success_direction,
             "threshold": self.success_threshold,
         }
+        if self.verdict_rule:
+            criteria["rule"] = self.verdict_rule
+        return criteria
 
     @property
     def is_frozen(self) -> bool:

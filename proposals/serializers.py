@@ -93,6 +93,7 @@ class ProposalSerializer(serializers.ModelSerializer):
             "success_metric",
             "success_direction",
             "success_threshold",
+            "verdict_rule",
             "recipe",
             "recipe_name",
             "recipe_version",

@@ -7,6 +7,7 @@ permission checks and the timeline are the same whichever way a change arrives.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -41,6 +42,8 @@ from proposals.models import (
 from runs import selectors as run_selectors
 from runs.services.plans import plan_build, plan_cancel, plan_freeze, plan_launch
 from runs.specs.ablation import Plan as PlanPreview
+from runs.verdicts.base import Refusal
+from runs.verdicts.rules import preregistered_rule
 
 Actor = User | AnonymousUser
 
@@ -51,6 +54,7 @@ AMENDABLE_FIELDS = {
     "success_metric",
     "success_direction",
     "success_threshold",
+    "verdict_rule",
     "pr_url",
     "branch",
     "wandb_url",
@@ -61,7 +65,13 @@ AMENDABLE_FIELDS = {
     "results",
     "experiment_json_url",
 }
-PREREGISTERED_FIELDS = ("hypothesis", "success_metric", "success_direction", "success_threshold")
+PREREGISTERED_FIELDS = (
+    "hypothesis",
+    "success_metric",
+    "success_direction",
+    "success_threshold",
+    "verdict_rule",
+)
 PROPOSAL_FIELDS = (
     "title",
     "summary",
@@ -70,6 +80,7 @@ PROPOSAL_FIELDS = (
     "success_metric",
     "success_direction",
     "success_threshold",
+    "verdict_rule",
     "recipe",
     "baseline",
     "ablation_spec",
@@ -85,6 +96,15 @@ PROPOSAL_FIELDS = (
     "submitter_link",
     "experiment_json_url",
 )
+
+
+def _amended_text(value: Any) -> str:
+    """A preregistered value as an amendment records it (a rule as its canonical JSON)."""
+    if value is None:
+        return ""
+    if isinstance(value, dict | list):
+        return json.dumps(value, sort_keys=True)
+    return str(value)
 
 
 def _user(actor: Actor | None) -> User | None:
@@ -140,6 +160,13 @@ def _clean(proposal: Proposal) -> None:
         proposal.full_clean(exclude=["author", "plan"])
     except ValidationError as exc:
         errors.update(exc.message_dict)
+    if proposal.verdict_rule is not None and "recipe" not in errors and proposal.recipe_id:
+        try:
+            proposal.verdict_rule = preregistered_rule(
+                spec=proposal.verdict_rule, declared=proposal.recipe.verdict_rules
+            )
+        except Refusal as refusal:
+            errors.setdefault("verdict_rule", []).append(str(refusal))
     if "recipe" not in errors and proposal.recipe_id is not None:
         if not proposal.recipe.is_active and not proposal.is_frozen:
             errors.setdefault("recipe", []).append(f"recipe {proposal.recipe} is retired")
@@ -236,8 +263,8 @@ def proposal_update(
                 Amendment.objects.create(
                     proposal=proposal,
                     field=field,
-                    old_value="" if old[field] is None else str(old[field]),
-                    new_value="" if changes[field] is None else str(changes[field]),
+                    old_value=_amended_text(old[field]),
+                    new_value=_amended_text(getattr(proposal, field)),
                     author=_user(actor),
                 )
     event_record(

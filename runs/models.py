@@ -69,6 +69,14 @@ class Recipe(models.Model):
             "gpu:a5000; empty: any pool."
         ),
     )
+    verdict_rules = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=(
+            "The verdict rules a proposal on this recipe may preregister: a list of "
+            "{kind, <parameters>} (runs.verdicts.rules); empty: any rule."
+        ),
+    )
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

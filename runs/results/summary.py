@@ -35,6 +35,7 @@ from runs.results.presentation import (
 )
 from runs.results.seeds import seeded, variant_groups, verdict_suggest
 from runs.signals import plan_finished
+from runs.verdicts.plan import plan_verdicts, verdicts_markdown
 
 TABLE_KEYS = (
     "train/loss",
@@ -215,6 +216,8 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         )
     if summary.get("ladder"):
         lines += ["", ladder_markdown(summary["ladder"])]
+    if summary.get("verdicts"):
+        lines += ["", verdicts_markdown(summary["verdicts"])]
     criteria = summary["criteria"]
     if criteria.get("metric"):
         lines.append("")
@@ -285,6 +288,12 @@ def plan_summarize(*, plan_id: int) -> dict[str, Any]:
         "suggested_verdict": verdict,
         "verdict_reason": reason,
         "ladder": ladder.as_summary() if ladder is not None else None,
+        # The preregistered rule's verdict per variant, from finished runs only.
+        "verdicts": (
+            plan_verdicts(spec=criteria["rule"], runs=runs, metrics=metrics)
+            if criteria.get("rule")
+            else None
+        ),
     }
     summary["markdown"] = summary_markdown(summary)
     return summary

@@ -20,6 +20,7 @@ from runs.pools.models import Pool
 from runs.pools.services import labels_clean, labels_problem
 from runs.specs.ablation import slug_ok, version_ok
 from runs.specs.compute import FormulaError, run_cost, validate_compute_model
+from runs.verdicts.rules import declared_rules_problems
 
 RECIPE_FIELDS = (
     "name",
@@ -35,6 +36,7 @@ RECIPE_FIELDS = (
     "metrics",
     "time_limit_seconds",
     "requires_labels",
+    "verdict_rules",
     "is_active",
 )
 
@@ -73,9 +75,12 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
     compute_errors = validate_compute_model(data.get("compute_model"))
     if compute_errors:
         errors["compute_model"] = compute_errors
-    metric_errors = declarations_validate(data.get("metrics") or [])
-    if metric_errors:
-        errors["metrics"] = metric_errors
+    for name, problems in (
+        ("metrics", declarations_validate(data.get("metrics") or [])),
+        ("verdict_rules", declared_rules_problems(data.get("verdict_rules") or [])),
+    ):
+        if problems:
+            errors[name] = problems
     requires_labels = _requires_labels(data, errors)
     if problem := executor_problem(
         executor=data.get("executor") or "",

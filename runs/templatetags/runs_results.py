@@ -55,9 +55,14 @@ def plan_results(
         columns=run_table.columns_parse(query.getlist("columns")) if query else [],
     )
     ladder = run_table.table_ladder(table)
+    launch = table.launch
+    criteria = (getattr(launch, "criteria", None) or {}) if launch is not None else {}
+    summary = (getattr(launch, "summary", None) or {}) if launch is not None else {}
     return {
         "table": table,
-        "launch": table.launch,
+        "launch": launch,
+        "verdict_rule": criteria.get("rule") if isinstance(criteria, dict) else None,
+        "verdicts": summary.get("verdicts") if isinstance(summary, dict) else None,
         "ladder": ladder,
         "ladder_data": {**ladder.chart_data(), "title": table.display(ladder.metric).title}
         if ladder

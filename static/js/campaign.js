@@ -204,7 +204,8 @@
     const grid = new Map(p.curve.flops.map((x, i) => [x, i]));
     const ladder = new Map(p.points.map(([x, y]) => [x, y]));
     const xs = Array.from(new Set([...grid.keys(), ...live.keys(), ...ladder.keys()])).sort((a, b) => a - b);
-    const pick = (name) => xs.map((x) => (grid.has(x) ? p.curve[name][grid.get(x)] : null));
+    // No band (the fit left no degrees of freedom): its edges are empty, nothing is shaded.
+    const pick = (name) => xs.map((x) => (grid.has(x) && p.curve[name] ? p.curve[name][grid.get(x)] : null));
     const data = [xs, pick("loss"), pick("high"), pick("low"), xs.map((x) => ladder.get(x) ?? null), xs.map((x) => live.get(x) ?? null)];
     const series = [
       { label: "FLOPs" },
@@ -216,7 +217,7 @@
     ];
     const flopsMarks = markers((e) => (e.tokens != null && perToken ? e.tokens * perToken : null));
     units.axisTitles(figure, metaOf(latest.loss_key).title, "Training compute (FLOPs)");
-    plot(figure, { sig: "projection", series, bands: [{ series: [2, 3], fill: "rgba(130,80,223,0.15)" }], logX: true, logY: true, xFormat: "si", yFormat: "number" }, data, flopsMarks);
+    plot(figure, { sig: "projection", series, bands: p.curve.low ? [{ series: [2, 3], fill: "rgba(130,80,223,0.15)" }] : [], logX: true, logY: true, xFormat: "si", yFormat: "number" }, data, flopsMarks);
   };
 
   const showProgress = (p) => {

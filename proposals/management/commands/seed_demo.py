@@ -135,6 +135,20 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "outcome": ("worked", "replicated", "Eval loss fell by 0.021 with both seeds."),
         },
         {
+            # Gate-style, beside the ladder above: a verdict preregistered as Marin's Agent
+            # MoE gate 1 (runs/verdicts/gates.py), computed from the finished runs.
+            "title": "Capacity factor 1.25 through gate 1",
+            "summary": "The effective speedup of capacity factor 1.25 at two scales (Agent MoE gate 1).",
+            "hypothesis": "Capacity factor 1.25 reaches the baseline's loss sooner in wall-clock "
+            "time at both scales.",
+            "recipe": "tiny-moe",
+            "spec": "axes:\n  capacity_factor: [1.25]\nscales: [small, medium]\n",
+            "labels": ["moe", "gates"],
+            "verdict_rule": {"kind": "effective_speedup", "metric": "eval/loss"},
+            "path": ["submit", "approve"],
+            "results": {"effects": {("capacity_factor", 1.25): -0.02}},
+        },
+        {
             "title": "Eight experts instead of four",
             "summary": "More experts at equal active parameters.",
             "hypothesis": "Eight experts lower eval loss by 0.03 at equal active compute.",
@@ -289,6 +303,7 @@ class Command(BaseCommand):
                 "baseline": item.get("baseline", {}),
                 "ablation_spec": item["spec"],
                 "budget_accelerator_hours": 50_000.0 if item["recipe"] == "marin-moe" else 1.0,
+                "verdict_rule": item.get("verdict_rule"),
             },
             labels=item["labels"],
             door=Door.SYSTEM,

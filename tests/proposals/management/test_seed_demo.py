@@ -118,3 +118,22 @@ def test_the_demo_campaign_shows_interventions_mix_and_the_ladders_projection(
     assert found["fit"]["exponent"] < 0  # the loss falls with compute
     assert 2.0 < found["at_target"]["loss"] < 4.0
     assert client.get(f"/plans/{found['plan']}/runs/").status_code == 200
+
+
+def test_the_demo_has_a_gate_style_proposal_beside_the_ladder(settings: Any) -> None:
+    """A newcomer sees both kinds of verdict: the ladder's, and a preregistered gate's,
+    computed from the demo's finished runs with its arithmetic."""
+    settings.DEBUG = True
+    call_command("seed_demo", stdout=StringIO())
+    gate = Proposal.objects.get(title="Capacity factor 1.25 through gate 1")
+    criteria: Any = gate.approved_criteria
+    assert criteria["rule"]["kind"] == "effective_speedup"
+    assert gate.plan is not None
+    summary: Any = gate.plan.launch.summary
+    (row,) = summary["verdicts"]["variants"]
+    assert row["missing"] == [] and row["verdict"] is not None
+    assert {s["name"] for s in row["verdict"]["result"]["scales"]} == {"small", "medium"}
+    assert "Preregistered rule" in summary["markdown"] and "stepwise" in summary["markdown"]
+    assert Proposal.objects.filter(
+        ablation_spec__contains="scales: [small, medium, large]"
+    ).exists()

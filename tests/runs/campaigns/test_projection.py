@@ -4,14 +4,16 @@ and as a ladder plan's finished runs named by a campaign."""
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
 import pytest
 
 from runs.campaigns import services as campaign_writes
-from runs.campaigns.projection import projection_compute
+from runs.campaigns.projection import band_compute, projection_compute
 from runs.models import MetricSummary, Run, RunState
+from runs.results import ladder as ladders
 from runs.services import runs as run_writes
 from tests.runs.runs_helpers import launched_plan
 
@@ -54,6 +56,41 @@ def test_band_widens_with_noisier_ladders() -> None:
         return at["high"] - at["low"]
 
     assert width(0.01) > 2 * width(0.001)
+
+
+def test_band_is_the_ols_interval_for_a_plain_power_law() -> None:
+    """A known case: three noisy scales fit a plain power law, a straight line in log space,
+    for which the delta method is exact: half-width t(0.95, n - 2) · s · sqrt(1/n +
+    (x0 - x̄)² / Sxx) in log loss, with t(0.95, 1) = 6.314."""
+    flops = [1e17, 1e18, 1e19]
+    losses = [4.0, 3.4, 3.05]
+    found = projection_compute(points=list(zip(flops, losses, strict=True)), target_flops=1e21)
+    assert found["refusals"] == []
+    assert found["fit"]["law"] == "plain power law"
+    x = np.log(flops)
+    y = np.log(losses)
+    slope, intercept = np.polyfit(x, y, 1)
+    s = math.sqrt(float(np.sum((y - intercept - slope * x) ** 2)) / (3 - 2))
+    x0 = math.log(1e21)
+    half = 6.314 * s * math.sqrt(1 / 3 + (x0 - x.mean()) ** 2 / float(np.sum((x - x.mean()) ** 2)))
+    centre = intercept + slope * x0
+    at = found["at_target"]
+    assert at["low"] == pytest.approx(math.exp(centre - half), rel=1e-6)
+    assert at["high"] == pytest.approx(math.exp(centre + half), rel=1e-6)
+    assert at["low"] < at["loss"] < at["high"]  # centred on the line, never clamped to it
+    assert found["band"]["level"] == "5–95%" and "covariance" in found["band"]["method"]
+
+
+def test_no_band_without_degrees_of_freedom() -> None:
+    """An exact law leaves a band of zero width (no scatter, no uncertainty); a fit with no
+    degrees of freedom left (two points, two parameters) gets no band at all."""
+    exact = projection_compute(points=[(x, law(x)) for x in FLOPS[::3]], target_flops=TARGET)
+    at = exact["at_target"]
+    assert at["low"] == pytest.approx(at["loss"]) and at["high"] == pytest.approx(at["loss"])
+    two = np.array([1e17, 1e19]), np.array([4.0, 3.0])
+    fit = ladders.power_law_fit(two[0].tolist(), two[1].tolist())
+    assert fit is not None
+    assert band_compute(fit=fit, flops=two[0], losses=two[1], grid=np.array([1e21])) is None
 
 
 def test_two_scales_are_refused_in_words() -> None:
