@@ -1,4 +1,5 @@
-"""Refuse request bodies over the configured cap with 413 before anything reads them."""
+"""Refuse request bodies over the configured cap with 413 before anything reads them, and
+forms not in UTF-8 with 400 before anything decodes them."""
 
 from __future__ import annotations
 
@@ -6,7 +7,12 @@ import re
 from collections.abc import Callable
 
 from django.conf import settings
+from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
 from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http.multipartparser import MultiPartParserError
+from django.utils.html import escape
+
+from marin_site.input import decoded_form_problem, form_encoding_problem
 
 # Paths whose own cap differs from REQUEST_BODY_CAP (GitHub sends webhooks up to 25 MB).
 # MLflow's door reads at most 1 MB itself and refuses more in MLflow's error shape.
@@ -46,3 +52,42 @@ class RequestBodyCapMiddleware:
                 status=413,
             )
         return self.get_response(request)
+
+
+FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+class FormEncodingMiddleware:
+    """A form posted in bytes that are not UTF-8 is refused with a 400 saying which field,
+    before anything reads it: Django would decode it with U+FFFD in place of the bad bytes
+    and the site would store them silently (``marin_site.input``)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        problem = self.problem(request)
+        if problem:
+            message = f"The form is refused: {problem}. Send it in UTF-8."
+            if request.path.startswith(("/api/", "/mlflow/")):
+                return JsonResponse({"detail": message}, status=400)
+            return HttpResponse(
+                f"<!doctype html><title>Refused</title><p>{escape(message)}</p>",
+                status=400,
+                content_type="text/html; charset=utf-8",
+            )
+        return self.get_response(request)
+
+    @staticmethod
+    def problem(request: HttpRequest) -> str | None:
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return None
+        content_type = request.META.get("CONTENT_TYPE", "").split(";")[0].strip().lower()
+        if content_type not in FORM_TYPES or STREAMED_UPLOAD_PATHS.match(request.path):
+            return None
+        try:
+            if content_type == FORM_TYPES[0]:
+                return form_encoding_problem(request.body)
+            return decoded_form_problem(dict(request.POST.lists()))
+        except (RequestDataTooBig, TooManyFieldsSent, MultiPartParserError):
+            return None  # Django answers these itself when the view reads the form

@@ -229,6 +229,14 @@ def action_refusal(*, proposal: Proposal, actor: Any, name: str) -> DomainError 
     return None
 
 
+def action_permission_require(*, proposal: Proposal, actor: Any, name: str) -> None:
+    """The permission of action ``name`` alone, asked by a door before it reads the request
+    (the input policy's order): someone who may not act is told so, not what the form wants."""
+    action = ACTIONS[name]
+    if actor is None or not actor.has_perm(action.permission, proposal):
+        raise ActionForbidden(f"You do not have permission to {action.what}.")
+
+
 def action_require(*, proposal: Proposal, actor: Any, name: str) -> bool:
     """Raise the refusal of ``name``; False when it would change nothing, True to go ahead."""
     refusal = action_refusal(proposal=proposal, actor=actor, name=name)

@@ -21,6 +21,7 @@ from proposals import export as proposal_export
 from proposals import permissions as perms
 from proposals import query_language, selectors, services
 from proposals import search as proposal_search
+from proposals.actions import action_permission_require
 from proposals.filters import ProposalFilter
 from proposals.models import Comment, Review
 from proposals.serializers import (
@@ -100,9 +101,10 @@ class ProposalViewSet(
         serializer.instance = self.get_queryset().get(pk=serializer.instance.pk)
 
     def _transition(self, request: Request, pk: str | None, name: str) -> Response:
+        proposal = self.get_object()
+        action_permission_require(proposal=proposal, actor=request.user, name=name)
         body = TransitionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        proposal = self.get_object()
         services.proposal_transition(
             proposal_id=proposal.pk,
             action=name,
@@ -153,9 +155,10 @@ class ProposalViewSet(
     @extend_schema(request=OutcomeSerializer, responses=ProposalSerializer)
     @action(detail=True, methods=["post"])
     def outcome(self, request: Request, pk: str | None = None) -> Response:
+        proposal = self.get_object()
+        action_permission_require(proposal=proposal, actor=request.user, name="record_outcome")
         body = OutcomeSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        proposal = self.get_object()
         services.proposal_record_outcome(
             proposal_id=proposal.pk, actor=request.user, door=Door.API, **body.validated_data
         )
@@ -182,9 +185,11 @@ class ProposalViewSet(
         return self._hold(request, hold=False)
 
     def _hold(self, request: Request, *, hold: bool) -> Response:
+        proposal = self.get_object()
+        name = "hold" if hold else "unhold"
+        action_permission_require(proposal=proposal, actor=request.user, name=name)
         body = TransitionSerializer(data=request.data)
         body.is_valid(raise_exception=True)
-        proposal = self.get_object()
         services.proposal_hold(
             proposal_id=proposal.pk,
             actor=request.user,

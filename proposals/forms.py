@@ -7,6 +7,7 @@ from typing import Any
 import yaml
 from django import forms
 
+from marin_site.input import PolicyForm, PolicyModelForm
 from proposals.models import Confidence, Outcome, Proposal, Review
 from runs.models import Recipe
 from runs.specs.ablation import PlanError, parse_overrides
@@ -36,7 +37,7 @@ scales: [small]
 seeds: [0]"""
 
 
-class ProposalForm(forms.ModelForm):
+class ProposalForm(PolicyModelForm):
     baseline = forms.CharField(
         required=False,
         widget=forms.Textarea(
@@ -108,14 +109,14 @@ class ProposalForm(forms.ModelForm):
         return {field: self.cleaned_data[field] for field in PROPOSAL_FORM_FIELDS}
 
 
-class ReasonForm(forms.Form):
+class ReasonForm(PolicyForm):
     reason = forms.CharField(
         required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2})
     )
     git_ref = forms.CharField(required=False, max_length=255)
 
 
-class ReviewForm(forms.ModelForm):
+class ReviewForm(PolicyModelForm):
     class Meta:
         model = Review
         fields = ["score", "recommendation", "text"]
@@ -125,11 +126,11 @@ class ReviewForm(forms.ModelForm):
         }
 
 
-class CommentForm(forms.Form):
+class CommentForm(PolicyForm):
     body = forms.CharField(max_length=64 * 1024, widget=forms.Textarea(attrs={"rows": 3}))
 
 
-class OutcomeForm(forms.Form):
+class OutcomeForm(PolicyForm):
     # No verdict is chosen for the maintainer: the first option is a prompt, not "worked".
     outcome = forms.ChoiceField(choices=[("", "Choose a verdict…"), *Outcome.choices])
     confidence = forms.ChoiceField(choices=[("", "Choose…"), *Confidence.choices])

@@ -8,6 +8,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from marin_site import api_input as policy
 from marin_site.fragments import Fragments, pk_url
 from proposals import selectors
 from proposals.actions import allowed_action_names, allowed_actions
@@ -16,7 +17,7 @@ from proposals.models import Comment, Confidence, Direction, Outcome, Proposal, 
 from runs.models import Recipe
 
 
-class SuccessCriteriaSerializer(serializers.Serializer):
+class SuccessCriteriaSerializer(policy.Serializer):
     metric = serializers.CharField(max_length=200, allow_blank=True)
     direction = serializers.ChoiceField(choices=Direction.choices)
     threshold = serializers.FloatField(allow_null=True)
@@ -55,7 +56,7 @@ class OptionalChoiceField(serializers.ChoiceField):
         return value or None
 
 
-class ProposalSerializer(serializers.ModelSerializer):
+class ProposalSerializer(policy.ModelSerializer):
     """What the API shows of a proposal (and accepts, for the writable fields)."""
 
     url = serializers.HyperlinkedIdentityField(view_name="proposal-detail")
@@ -234,12 +235,12 @@ def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
 FIELDS = ProposalSerializer.Meta.fields
 
 
-class TransitionSerializer(serializers.Serializer):
+class TransitionSerializer(policy.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=10_000, default="")
     git_ref = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
 
 
-class OutcomeSerializer(serializers.Serializer):
+class OutcomeSerializer(policy.Serializer):
     outcome = serializers.ChoiceField(choices=Outcome.choices)
     conclusion = serializers.CharField(allow_blank=True, max_length=64 * 1024)
     confidence = serializers.ChoiceField(choices=Confidence.choices)
@@ -258,7 +259,7 @@ class OutcomeSerializer(serializers.Serializer):
     data_browser_url = serializers.URLField(required=False, allow_blank=True, max_length=500)
 
 
-class ReviewSerializer(serializers.ModelSerializer):
+class ReviewSerializer(policy.ModelSerializer):
     reviewer = serializers.CharField(source="reviewer.username", read_only=True)
     proposal = serializers.PrimaryKeyRelatedField(queryset=Proposal.objects.all())
 
@@ -277,7 +278,7 @@ class ReviewSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "reviewer", "created_at", "updated_at"]
 
 
-class CommentSerializer(serializers.ModelSerializer):
+class CommentSerializer(policy.ModelSerializer):
     author = serializers.SerializerMethodField()
     proposal = serializers.PrimaryKeyRelatedField(queryset=Proposal.objects.all())
     body_html = serializers.SerializerMethodField()
@@ -295,7 +296,7 @@ class CommentSerializer(serializers.ModelSerializer):
         return str(render_markdown(obj.body))
 
 
-class TimelineEntrySerializer(serializers.Serializer):
+class TimelineEntrySerializer(policy.Serializer):
     """A row of a proposal's timeline (``proposals.selectors.TimelineEntry``): the proposal's
     own events, and its runs' events with ``run`` set."""
 

@@ -27,7 +27,7 @@ from proposals import export as proposal_export
 from proposals import permissions as perms
 from proposals import query_language, selectors, services
 from proposals import search as proposal_search
-from proposals.actions import ACTIONS, TRANSITIONS
+from proposals.actions import ACTIONS, TRANSITIONS, action_permission_require
 from proposals.feeds import label_or_none
 from proposals.filters import ProposalFilter
 from proposals.forms import CommentForm, OutcomeForm, ProposalForm, ReasonForm, ReviewForm
@@ -36,6 +36,16 @@ from proposals.models import Proposal, State
 from proposals.pages import ProposalPage, site_header, site_header_refine
 from runs.campaigns.selectors import CAMPAIGN_LIST_VERSION
 from runs.services.plans import plan_build
+
+
+def _permission_first(request: HttpRequest, proposal: Proposal, name: str) -> HttpResponse | None:
+    """The refusal of someone who may not take action ``name`` at all, before the form is
+    read (the input policy's order): None when they may."""
+    try:
+        action_permission_require(proposal=proposal, actor=request.user, name=name)
+    except DomainError as exc:
+        return refusal(request, exc)
+    return None
 
 
 def refusal(
@@ -251,6 +261,10 @@ def proposal_edit(request: HttpRequest, pk: int) -> HttpResponse:
 def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpResponse:
     if action not in TRANSITIONS:
         raise Http404("No such action.")
+    proposal = get_object_or_404(Proposal, pk=pk)
+    forbidden = _permission_first(request, proposal, action)
+    if forbidden:
+        return forbidden
     form = ReasonForm(request.POST)
     if not form.is_valid():
         return refusal(
@@ -258,7 +272,7 @@ def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpRespo
         )
     try:
         services.proposal_transition(
-            proposal_id=get_object_or_404(Proposal, pk=pk).pk,
+            proposal_id=proposal.pk,
             action=action,
             actor=request.user,
             door=Door.WEB,
@@ -275,6 +289,10 @@ def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpRespo
 @login_required
 def proposal_hold(request: HttpRequest, pk: int, hold: bool) -> HttpResponse:
     """Hold a proposal (approval waits) or release the hold: a maintainer's flag, not a state."""
+    proposal = get_object_or_404(Proposal, pk=pk)
+    forbidden = _permission_first(request, proposal, "hold" if hold else "unhold")
+    if forbidden:
+        return forbidden
     form = ReasonForm(request.POST)
     if not form.is_valid():
         return refusal(
@@ -282,7 +300,7 @@ def proposal_hold(request: HttpRequest, pk: int, hold: bool) -> HttpResponse:
         )
     try:
         services.proposal_hold(
-            proposal_id=get_object_or_404(Proposal, pk=pk).pk,
+            proposal_id=proposal.pk,
             actor=request.user,
             hold=hold,
             door=Door.WEB,
@@ -303,6 +321,9 @@ def proposal_hold(request: HttpRequest, pk: int, hold: bool) -> HttpResponse:
 @login_required
 def review_submit(request: HttpRequest, pk: int) -> HttpResponse:
     proposal = get_object_or_404(Proposal, pk=pk)
+    forbidden = _permission_first(request, proposal, "review")
+    if forbidden:
+        return forbidden
     form = ReviewForm(request.POST)
     if not form.is_valid():
         return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
@@ -325,6 +346,9 @@ def review_submit(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def comment_create(request: HttpRequest, pk: int) -> HttpResponse:
     proposal = get_object_or_404(Proposal, pk=pk)
+    forbidden = _permission_first(request, proposal, "comment")
+    if forbidden:
+        return forbidden
     form = CommentForm(request.POST)
     if not form.is_valid():
         return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
@@ -344,6 +368,9 @@ def comment_create(request: HttpRequest, pk: int) -> HttpResponse:
 @login_required
 def outcome_record(request: HttpRequest, pk: int) -> HttpResponse:
     proposal = get_object_or_404(Proposal, pk=pk)
+    forbidden = _permission_first(request, proposal, "record_outcome")
+    if forbidden:
+        return forbidden
     form = OutcomeForm(request.POST)
     if not form.is_valid():
         return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))

@@ -1,6 +1,5 @@
 from typing import Any
 
-from django import forms
 from django.contrib import admin
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
@@ -10,6 +9,7 @@ from django.http import HttpRequest
 from marin_site.admin import RecordedAdmin, TimelineAdmin
 from marin_site.doors import Door
 from marin_site.events import Verb
+from marin_site.input import PolicyModelForm
 from runs.models import (
     Agent,
     Lease,
@@ -32,7 +32,7 @@ from runs.services.recipes import RECIPE_FIELDS, recipe_event_record, recipe_val
 from runs.services.runs import run_event_record
 
 
-class RecipeAdminForm(forms.ModelForm):
+class RecipeAdminForm(PolicyModelForm):
     """The admin's recipe form checks what the site's form and the API check (recipe_validate)."""
 
     class Meta:

@@ -1,7 +1,8 @@
 """The permissions of runs, declared once (django-rules) and used by every door.
 
 A maintainer (``marin_site.roles.is_maintainer``) registers recipes and cancels, reruns and
-retries runs; reading runs and metrics is public. The run services ask for these themselves
+retries runs; whoever answers for a plan (``answers_for_the_plan``) may also cancel and claim
+its runs; reading runs and metrics is public. The run services ask for these themselves
 (``marin_site.roles.permission_require``), whichever door calls them.
 """
 
@@ -12,7 +13,7 @@ from typing import Any
 import rules
 
 from marin_site.roles import is_maintainer
-from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch
+from runs.models import TERMINAL_RUN_STATES, Plan
 from runs.signals import plan_owners
 
 CANCEL_RUN = "runs.cancel_run"
@@ -23,17 +24,6 @@ MANAGE_RECIPES = "runs.manage_recipe"
 MANAGE_ALERT_RULES = "runs.manage_alert_rules"  # runs/alerts/
 
 
-@rules.predicate
-def is_run_of_canceled_plan(user: Any, run: Any) -> bool:
-    """Stopping the runs of a canceled plan is the plan's cancel finishing its work: whoever
-    canceled the plan was asked then (``plan_cancel`` calls ``run_cancel`` for each run)."""
-    return bool(
-        run is not None
-        and PlanLaunch.objects.filter(plan_id=run.plan_id, canceled_at__isnull=False).exists()
-    )
-
-
-rules.add_perm(CANCEL_RUN, is_maintainer | is_run_of_canceled_plan)
 rules.add_perm(RERUN_RUN, is_maintainer)
 rules.add_perm(RETRY_RUN, is_maintainer)
 rules.add_perm(IMPORT_METRICS, is_maintainer)
@@ -97,6 +87,12 @@ def answers_for_the_plan(user: Any, run: Any) -> bool:
 
 
 rules.add_perm(CLAIM_RUN, is_maintainer | answers_for_the_plan)
+
+# Who may cancel a run: a maintainer, or whoever answers for its plan (the author of the
+# approved proposal, who may also withdraw or cancel the whole of it). A plan already
+# cancelled widens nothing: ``plan_cancel`` stops its runs itself (set-based, asked once, of
+# whoever cancelled the plan), and a run left running after it is stopped by the reconciler.
+rules.add_perm(CANCEL_RUN, is_maintainer | answers_for_the_plan)
 
 
 RUN_ACTIONS = ("cancel", "rerun", "retry")

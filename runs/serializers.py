@@ -8,12 +8,13 @@ from typing import Any
 
 from rest_framework import serializers
 
+from marin_site import api_input as policy
 from runs.models import MetricSummary, Plan, Recipe, Run, RunArtifact, RunEvent, TrackerImport
 from runs.services.recipes import RECIPE_FIELDS
 from runs.specs.ablation import Plan as PlanPreview
 
 
-class RecipeSerializer(serializers.ModelSerializer):
+class RecipeSerializer(policy.ModelSerializer):
     url = serializers.HyperlinkedIdentityField(view_name="recipe-detail")
 
     class Meta:
@@ -23,7 +24,7 @@ class RecipeSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at", "updated_at"]
 
 
-class PlanPreviewRequestSerializer(serializers.Serializer):
+class PlanPreviewRequestSerializer(policy.Serializer):
     recipe = serializers.PrimaryKeyRelatedField(queryset=Recipe.objects.all())
     baseline = serializers.DictField(required=False, default=dict)
     ablation_spec = serializers.CharField(
@@ -32,7 +33,7 @@ class PlanPreviewRequestSerializer(serializers.Serializer):
     budget_accelerator_hours = serializers.FloatField(required=False, allow_null=True, min_value=0)
 
 
-class PlanEntrySerializer(serializers.Serializer):
+class PlanEntrySerializer(policy.Serializer):
     index = serializers.IntegerField()
     scale = serializers.CharField()
     seed = serializers.IntegerField(allow_null=True)
@@ -46,7 +47,7 @@ class PlanEntrySerializer(serializers.Serializer):
     cost_formula = serializers.CharField()
 
 
-class PlanSerializer(serializers.Serializer):
+class PlanSerializer(policy.Serializer):
     frozen = serializers.BooleanField()
     frozen_at = serializers.DateTimeField(allow_null=True)
     recipe = serializers.DictField()
@@ -127,13 +128,13 @@ def plan_data(plan: PlanPreview | Plan) -> dict[str, Any]:
     }
 
 
-class MetricSummarySerializer(serializers.ModelSerializer[MetricSummary]):
+class MetricSummarySerializer(policy.ModelSerializer[MetricSummary]):
     class Meta:
         model = MetricSummary
         fields = ["key", "last", "min", "max", "step", "steady"]
 
 
-class RunEventSerializer(serializers.ModelSerializer[RunEvent]):
+class RunEventSerializer(policy.ModelSerializer[RunEvent]):
     actor = serializers.SerializerMethodField()
 
     class Meta:
@@ -144,7 +145,7 @@ class RunEventSerializer(serializers.ModelSerializer[RunEvent]):
         return event.actor_label or (event.actor.get_username() if event.actor else "")
 
 
-class RunSerializer(serializers.ModelSerializer[Run]):
+class RunSerializer(policy.ModelSerializer[Run]):
     plan_index = serializers.IntegerField(source="entry.index", read_only=True)
     scale = serializers.CharField(source="entry.scale", read_only=True)
     is_baseline = serializers.BooleanField(source="entry.is_baseline", read_only=True)
@@ -179,7 +180,7 @@ class RunSerializer(serializers.ModelSerializer[Run]):
         read_only_fields = fields
 
 
-class RunArtifactSerializer(serializers.ModelSerializer[RunArtifact]):
+class RunArtifactSerializer(policy.ModelSerializer[RunArtifact]):
     class Meta:
         model = RunArtifact
         fields = ["kind", "name", "uri", "step", "attempt", "created_at"]
@@ -216,7 +217,7 @@ class RunDetailSerializer(RunSerializer):
         read_only_fields = fields
 
 
-class RunStatusSerializer(serializers.Serializer[Any]):
+class RunStatusSerializer(policy.Serializer[Any]):
     state = serializers.ChoiceField(choices=["finished", "failed"])
     failure_kind = serializers.ChoiceField(
         choices=["", "config", "code", "oom"], required=False, default=""
@@ -224,7 +225,7 @@ class RunStatusSerializer(serializers.Serializer[Any]):
     message = serializers.CharField(required=False, default="", allow_blank=True, max_length=2000)
 
 
-class TrackerImportSerializer(serializers.Serializer[Any]):
+class TrackerImportSerializer(policy.Serializer[Any]):
     jsonl = serializers.CharField(max_length=1_000_000, trim_whitespace=False)
 
     @staticmethod

@@ -5,6 +5,7 @@ campaigns' ``runs/campaigns/views.py``."""
 
 from __future__ import annotations
 
+import copy
 import json
 from typing import Any
 from urllib.parse import urlencode
@@ -22,6 +23,7 @@ from django.views.decorators.http import require_POST
 
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from marin_site.input import PolicyModelForm
 from runs import permissions as run_perms
 from runs import selectors
 from runs.alerts import selectors as alert_selectors
@@ -41,7 +43,7 @@ MANAGE_RECIPES = run_perms.MANAGE_RECIPES
 JSON_FIELDS = ("default_config", "parameter_schema", "compute_model", "scales", "metrics")
 
 
-class RecipeForm(forms.ModelForm):
+class RecipeForm(PolicyModelForm):
     class Meta:
         model = Recipe
         fields = [
@@ -96,7 +98,9 @@ def recipe_detail(request: HttpRequest, name: str, version: str) -> HttpResponse
 def _save(request: HttpRequest, recipe: Recipe | None) -> HttpResponse:
     if not request.user.has_perm(MANAGE_RECIPES):
         raise PermissionDenied("Only maintainers manage recipes.")
-    form = RecipeForm(request.POST or None, instance=recipe)
+    # The form writes what it read onto its instance as it validates: a copy, so a refused
+    # name never reaches the page's links (the recipe's URL is built from its name).
+    form = RecipeForm(request.POST or None, instance=copy.copy(recipe))
     if request.method == "POST" and form.is_valid():
         data = {field: form.cleaned_data[field] for field in form.Meta.fields}
         try:

@@ -16,6 +16,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from marin_site.untrusted import text_problem
 from proposals import permissions as perms
 from proposals.github import client, selectors
 from proposals.github.deliveries import delivery_store
@@ -58,6 +59,9 @@ def webhook(request: HttpRequest) -> HttpResponse:
     if not isinstance(payload, dict):
         return JsonResponse({"detail": "The body is not a JSON object."}, status=400)
     action = payload.get("action")
+    problem = text_problem(action) if isinstance(action, str) else None
+    if problem:  # the one value of the payload stored in a column of its own
+        return JsonResponse({"detail": f"action: {problem}."}, status=400)
     created = delivery_store(
         delivery_id=delivery_id,
         event=event,

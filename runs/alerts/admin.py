@@ -5,16 +5,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
 from marin_site.admin import TimelineAdmin
+from marin_site.input import PolicyModelForm
 from runs.alerts import rules
 from runs.alerts.models import Alert, AlertRule, AlertWatch
 
 
-class AlertRuleForm(forms.ModelForm):
+class AlertRuleForm(PolicyModelForm):
     class Meta:
         model = AlertRule
         fields = ["recipe", "run", "kind", "key", "params", "enabled"]

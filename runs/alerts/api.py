@@ -7,6 +7,7 @@ from typing import Any
 
 from rest_framework import mixins, serializers, viewsets
 
+from marin_site import api_input as policy
 from marin_site.api import HasNamedPermission
 from runs.alerts import selectors, services
 from runs.alerts.models import Alert, AlertKind, AlertRule
@@ -14,7 +15,7 @@ from runs.models import Recipe, Run
 from runs.permissions import MANAGE_ALERT_RULES
 
 
-class AlertRuleSerializer(serializers.ModelSerializer):
+class AlertRuleSerializer(policy.ModelSerializer):
     recipe = serializers.PrimaryKeyRelatedField(
         queryset=Recipe.objects.all(), required=False, allow_null=True
     )
@@ -89,7 +90,7 @@ class AlertRuleViewSet(
         services.alert_rule_delete(actor=self.request.user, rule=instance)
 
 
-class AlertSerializer(serializers.ModelSerializer):
+class AlertSerializer(policy.ModelSerializer):
     is_open = serializers.BooleanField(read_only=True)
 
     class Meta:

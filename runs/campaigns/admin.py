@@ -5,15 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 
+from marin_site.input import PolicyModelForm
 from runs.campaigns import services
 from runs.campaigns.models import Campaign, CampaignRun, Intervention
 
 
-class CampaignAdminForm(forms.ModelForm):
+class CampaignAdminForm(PolicyModelForm):
     class Meta:
         model = Campaign
         fields = list(services.CAMPAIGN_FIELDS)
@@ -31,7 +31,7 @@ class CampaignAdminForm(forms.ModelForm):
         return cleaned
 
 
-class InterventionAdminForm(forms.ModelForm):
+class InterventionAdminForm(PolicyModelForm):
     class Meta:
         model = Intervention
         fields = [

@@ -13,6 +13,7 @@ from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from marin_site import api_input as policy
 from marin_site.api import HasNamedPermission
 from runs.campaigns import selectors, services
 from runs.campaigns.models import Campaign, CampaignRun, Intervention, InterventionKind, Phase
@@ -21,14 +22,14 @@ from runs.models import Plan, Run
 from runs.series import charts as series
 
 
-class LinkSerializer(serializers.Serializer):
+class LinkSerializer(policy.Serializer):
     label = serializers.CharField(  # type: ignore[assignment]  # a field named "label"
         max_length=200, required=False, allow_blank=True
     )
     url = serializers.CharField(max_length=1000)
 
 
-class CampaignRunSerializer(serializers.ModelSerializer):
+class CampaignRunSerializer(policy.ModelSerializer):
     run = serializers.PrimaryKeyRelatedField(queryset=Run.objects.all())
     phase = serializers.ChoiceField(choices=Phase.choices, default=Phase.PRETRAINING)
     order = serializers.IntegerField(min_value=0, required=False)
@@ -43,7 +44,7 @@ class CampaignRunSerializer(serializers.ModelSerializer):
         validators: list[Any] = []  # order and run are checked by the service
 
 
-class InterventionSerializer(serializers.ModelSerializer):
+class InterventionSerializer(policy.ModelSerializer):
     kind = serializers.ChoiceField(choices=InterventionKind.choices)
     step = serializers.IntegerField(min_value=0, max_value=2**62)
     window_steps = serializers.IntegerField(min_value=10, max_value=1_000_000, default=2000)
@@ -72,7 +73,7 @@ class InterventionSerializer(serializers.ModelSerializer):
         read_only_fields = ["id", "created_at"]
 
 
-class CampaignSerializer(serializers.ModelSerializer):
+class CampaignSerializer(policy.ModelSerializer):
     ladder_plan = serializers.PrimaryKeyRelatedField(
         queryset=Plan.objects.all(), required=False, allow_null=True
     )
@@ -93,7 +94,7 @@ class CampaignSerializer(serializers.ModelSerializer):
         read_only_fields = ["created_at", "updated_at"]
 
 
-class CampaignChartSerializer(serializers.Serializer):
+class CampaignChartSerializer(policy.Serializer):
     """The chart data (documentation only: the view writes it directly)."""
 
     campaign = serializers.CharField()

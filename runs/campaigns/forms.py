@@ -7,12 +7,13 @@ from typing import Any
 
 from django import forms
 
+from marin_site.input import PolicyForm
 from runs.campaigns.models import InterventionKind
 
 MAX_WINDOW_STEPS = 10_000_000
 
 
-class InterventionForm(forms.Form):
+class InterventionForm(PolicyForm):
     step = forms.IntegerField(min_value=0, max_value=2**62, help_text="The step it took effect.")
     kind = forms.ChoiceField(choices=InterventionKind.choices)
     title = forms.CharField(max_length=200)

@@ -226,7 +226,7 @@ def run_id_parse(data: dict[str, Any]) -> int:
     text = field_string(data, "run_id") or field_string(data, "run_uuid")
     if not text:
         raise invalid("Missing value for required parameter 'run_id'.")
-    if not text.isdecimal() or not 0 < int(text) < 2**63:
+    if not (text.isascii() and text.isdecimal()) or len(text) > 19 or not 0 < int(text) < 2**63:
         raise MlflowError("RESOURCE_DOES_NOT_EXIST", f"Run with id={text[:80]!r} not found")
     return int(text)
 
@@ -237,7 +237,9 @@ def experiment_id_parse(value: Any, name: str = "experiment_id") -> int | None:
         value = str(value)
     if not isinstance(value, str) or not value:
         raise invalid(f"Missing value for required parameter '{name}'.")
-    if not value.isdecimal() or not 0 < int(value) < 2**63:
+    if not (value.isascii() and value.isdecimal()) or len(value) > 19:
+        return None  # past Python's digit limit for int(), and any bigint
+    if not 0 < int(value) < 2**63:
         return None
     return int(value)
 

@@ -46,10 +46,12 @@ def _page(token: str) -> int:
     if not token:
         return 0
     try:
+        if len(token) > 64:
+            raise ValueError(token)
         offset = int(base64.urlsafe_b64decode(token.encode()).decode())
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeError):
         raise invalid(f"Invalid page token {token[:80]!r}.") from None
-    if offset < 0:
+    if not 0 <= offset < 2**31:
         raise invalid(f"Invalid page token {token[:80]!r}.")
     return offset
 

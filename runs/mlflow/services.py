@@ -205,7 +205,7 @@ def _claim(*, user: User, plan_id: int, wanted: str) -> Run:
             plan_id=plan_id, state=RunState.QUEUED, cancel_requested_at__isnull=True
         )
         if wanted:
-            if not wanted.isdecimal():
+            if not (wanted.isascii() and wanted.isdecimal()) or len(wanted) > 18:
                 raise invalid(f"The tag marin.run_id must be a run id, not {wanted[:40]!r}.")
             queued = queued.filter(pk=int(wanted))
         run = queued.order_by("entry__index", "sequence").first()

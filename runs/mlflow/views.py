@@ -14,6 +14,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 
 from marin_site.errors import DomainError
+from marin_site.input import InputRefused, document_problem, parse_json
 from runs.mlflow import protocol, selectors, services
 from runs.mlflow.errors import BAD_REQUEST, INTERNAL_ERROR, MlflowError, error_response, invalid
 from runs.mlflow.services import Caller
@@ -38,12 +39,25 @@ def _caller(request: HttpRequest) -> Caller:
 
 
 def _body(request: HttpRequest) -> dict[str, Any]:
-    if request.method == "GET":
-        data: dict[str, Any] = {}
-        for key in request.GET:
-            values = request.GET.getlist(key)
-            data[key] = values if len(values) > 1 else values[0]
-        return data
+    data = _query(request) if request.method == "GET" else _json(request)
+    # NaN and infinities are MLflow's metric values (their path is the metrics' own rule):
+    # everything else of the input policy holds here, naming the parameter.
+    problem = document_problem(data, finite=False)
+    if problem:
+        where, _, what = problem.partition(": ")
+        raise invalid(f"Invalid value for parameter '{where}' supplied: {what}.")
+    return data
+
+
+def _query(request: HttpRequest) -> dict[str, Any]:
+    data: dict[str, Any] = {}
+    for key in request.GET:
+        values = request.GET.getlist(key)
+        data[key] = values if len(values) > 1 else values[0]
+    return data
+
+
+def _json(request: HttpRequest) -> dict[str, Any]:
     length = int(request.META.get("CONTENT_LENGTH") or 0)
     if length > protocol.MAX_BATCH_LOG_REQUEST_SIZE:
         raise invalid(
@@ -55,8 +69,15 @@ def _body(request: HttpRequest) -> dict[str, Any]:
         return {}
     try:
         data = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise MlflowError(BAD_REQUEST, f"The request body is not JSON: {exc}") from None
+    except orjson.JSONDecodeError:
+        # orjson refuses some JSON that the policy's parser reads far enough to say where the
+        # problem is (a lone surrogate escape in a value): the walk above then names it.
+        try:
+            data = parse_json(
+                raw, field="the request body", max_bytes=len(raw), finite=False, walk=False
+            )
+        except InputRefused as refused:
+            raise MlflowError(BAD_REQUEST, f"The request body is refused: {refused}.") from None
     if not isinstance(data, dict):
         raise MlflowError(BAD_REQUEST, "The request body must be a JSON object.")
     return data

@@ -19,6 +19,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from marin_site import api_input as policy
 from runs import permissions as run_perms
 from runs.pools import leases, services, wakeup
 from runs.pools.models import Agent, Pool
@@ -130,7 +131,7 @@ class AgentLeaseReportView(AgentDoor):
 # --- pools: public to read; maintainers create and retire, owners make tokens ---------------
 
 
-class AgentSerializer(serializers.ModelSerializer[Agent]):
+class AgentSerializer(policy.ModelSerializer[Agent]):
     current_run = serializers.SerializerMethodField()
 
     class Meta:
@@ -155,7 +156,7 @@ class AgentSerializer(serializers.ModelSerializer[Agent]):
         return lease.run_id if lease else None
 
 
-class PoolSerializer(serializers.ModelSerializer[Pool]):
+class PoolSerializer(policy.ModelSerializer[Pool]):
     owner = serializers.CharField(source="owner.username", read_only=True)
     executor = serializers.CharField(read_only=True)
 
@@ -176,7 +177,7 @@ class PoolSerializer(serializers.ModelSerializer[Pool]):
         read_only_fields = ["id", "executor", "owner", "created_at", "retired_at"]
 
 
-class PoolWriteSerializer(serializers.Serializer[Any]):
+class PoolWriteSerializer(policy.Serializer[Any]):
     name = serializers.CharField(max_length=64)
     description = serializers.CharField(required=False, allow_blank=True, max_length=2_000)
     labels = serializers.ListField(child=serializers.CharField(max_length=64), required=False)

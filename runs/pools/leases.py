@@ -26,6 +26,8 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from marin_site.errors import ActionForbidden, DomainError
+from marin_site.input import InputRefused
+from marin_site.input import clean_text as policy_text
 from runs.models import FailureKind, Run, RunState
 from runs.pools import handout, wakeup
 from runs.pools.models import Agent, Lease, LeaseEnd, Pool
@@ -50,11 +52,12 @@ class LogTooLarge(DomainError):
 def clean_text(value: Any, field: str, *, max_length: int, required: bool = False) -> str:
     if value is None:
         value = ""
-    if not isinstance(value, str):
-        raise ValidationError({field: ["must be a string"]})
+    try:
+        value = policy_text(value, field=field)
+    except InputRefused as exc:
+        raise ValidationError({field: [exc.message]}) from None
     if any(ord(c) < 32 and c not in "\t\n\r" for c in value) or "\x7f" in value:
         raise ValidationError({field: ["must not contain control characters"]})
-    value = value.strip()
     if required and not value:
         raise ValidationError({field: ["is required"]})
     if len(value) > max_length:

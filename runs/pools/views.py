@@ -17,6 +17,7 @@ from django.views.decorators.http import require_POST
 from marin_client import standalone_file
 
 from marin_site.errors import DomainError
+from marin_site.input import PolicyForm
 from runs import permissions as run_perms
 from runs.models import Run, RunState
 from runs.pools import services
@@ -38,7 +39,7 @@ def served_file(request: HttpRequest, name: str) -> FileResponse:
     return response
 
 
-class PoolForm(forms.Form):
+class PoolForm(PolicyForm):
     name = forms.SlugField(max_length=32, help_text="Runs reach it as executor pool:<name>.")
     description = forms.CharField(widget=forms.Textarea(attrs={"rows": 3}), required=False)
     labels = forms.CharField(required=False, help_text="Comma-separated, e.g. gpu:a5000,cuda:12")
