@@ -15,6 +15,7 @@ from rest_framework.test import APIClient
 from marin_site.events import Verb
 from runs import tokens
 from runs.metrics import declarations as metric_declarations
+from runs.metrics.display import MetricDisplay
 from runs.models import MetricFlag, MetricPoint, Recipe, Run, RunEvent, RunState
 from runs.recipes.demo import MARIN_MOE, TINY_MOE
 from runs.results import run_table
@@ -281,3 +282,26 @@ def test_the_demo_recipes_declare_their_metrics() -> None:
         declared = metric_declarations.declarations_parse(recipe["metrics"])
         assert declared["throughput/mfu"].column
         assert declared["train/loss"].direction == "lower"
+
+
+def test_marin_moe_declares_what_levanter_emits_in_the_units_it_emits_them() -> None:
+    """Levanter's ``log_performance_stats`` logs ``throughput/mfu`` as model FLOP/s over peak
+    times 100 and its summary ``throughput/p50_mfu`` the same way: percent, no conversion;
+    tokens per second, the step's duration in seconds; Marin's MoE loop logs the drop
+    fraction 0-1. A hero run's 22.87 % is taken and shown as 22.9%, never 2287.0%."""
+    declared = metric_declarations.declarations_parse(MARIN_MOE["metrics"])
+    expected = {
+        "throughput/mfu": ("percent", ""),
+        "throughput/p50_mfu": ("percent", ""),
+        "throughput/tokens_per_second": ("tokens/s", ""),
+        "throughput/duration": ("seconds", ""),
+        "moe/drop_fraction": ("fraction", ""),
+    }
+    for key, (unit, logged_as) in expected.items():
+        assert (declared[key].unit, declared[key].logged_as) == (unit, logged_as), key
+    mfu = declared["throughput/mfu"]
+    assert metric_declarations.value_fits(mfu, 21.0, 27.0)
+    assert MetricDisplay.of("throughput/mfu", mfu).text(22.87) == "22.9%"
+    assert MetricDisplay.of("moe/drop_fraction", declared["moe/drop_fraction"]).text(0.078) == (
+        "0.078"
+    )
