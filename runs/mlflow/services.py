@@ -49,6 +49,7 @@ from runs.mlflow.errors import (
 )
 from runs.models import Plan, PlanLaunch, Run, RunEvent, RunOrigin, RunState
 from runs.services import runs as run_writes
+from runs.services.dispatch import plan_expand
 from runs.trackers import reports as tracker_reports
 
 DOOR = Door.MLFLOW
@@ -136,8 +137,8 @@ def experiment_create(*, caller: Caller, name: str) -> str:
         return str(run.plan_id)
     raise invalid(
         f"marin-site cannot create the experiment '{name[:200]}': its experiments are the plans "
-        "of approved proposals (named plan-<id>). Propose the experiment on the site, or log "
-        "to an existing plan with mlflow.set_experiment('plan-<id>')."
+        "of approved proposals. Propose the experiment on the site, or log to an existing "
+        f"plan with mlflow.set_experiment(NAME), NAME being {selectors.EXPERIMENT_NAMES}."
     )
 
 
@@ -199,6 +200,10 @@ def _claim(*, user: User, plan_id: int, wanted: str) -> Run:
         raise invalid(f"Plan {plan_id} is not launched: approve its proposal first.")
     if launch.canceled_at is not None:
         raise invalid(f"Plan {plan_id} was canceled; its runs take no new work.")
+    if launch.expanded_at is None:
+        # Right after an approval the plan's runs may not exist yet (the expansion is a task
+        # after commit): expand it here, once (plan_expand locks the launch and is idempotent).
+        plan_expand(plan_id=plan_id)
     with transaction.atomic():
         queued = Run.objects.select_for_update(skip_locked=True).filter(
             plan_id=plan_id, state=RunState.QUEUED, cancel_requested_at__isnull=True
