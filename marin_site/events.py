@@ -71,6 +71,9 @@ class Verb(models.TextChoices):
     TRACKER_IMPORT = "tracker_import", "imported tracker metrics"
     MLFLOW_DELETED = "mlflow_deleted", "deleted through MLflow"
     NOT_FINITE = "not_finite", "logged a value that is not finite"
+    METRIC_FLAGGED = "metric_flagged", "logged values that do not fit the declared unit"
+    METRIC_FLAG_RESOLVED = "metric_flag_resolved", "values fit the declared unit again"
+    METRIC_REFUSED = "metric_refused", "logged a metric that cannot be stored"
     ALERT_OPENED = "alert_opened", "alert opened"
     ALERT_CLOSED = "alert_closed", "alert closed"
     # Any row, through the admin (the message names what was changed).

@@ -9,11 +9,13 @@ it is the app's table in ``invalidation.py``.
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from django.db import transaction
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
+from django.utils.text import slugify
 
 from proposals.follows import notice_add
 from proposals.github.issues import pending_issues_import
@@ -26,6 +28,7 @@ from runs.signals import (
     alert_changed,
     intervention_recorded,
     plan_finished,
+    plan_named,
     plan_owners,
     plan_pages,
     reconcile_pass,
@@ -53,6 +56,26 @@ def on_plan_pages(sender: Any, *, plan_id: int, **kwargs: Any) -> tuple[str, str
     if proposal is None:
         return None
     return f"#{proposal.pk} {proposal.title}", proposal.get_absolute_url()
+
+
+@receiver(plan_named, dispatch_uid="proposals.plan_named")
+def on_plan_named(sender: Any, *, name: str, **kwargs: Any) -> int | None:
+    """The plan a person means by a proposal's number (``#14``, ``14``) or its slug (its
+    title, slugified, as in ``mixture-of-experts-routing``): a proposal that has a plan."""
+    name = name.strip()
+    number = name.removeprefix("#")
+    with_plan = Proposal.objects.filter(plan__isnull=False)
+    if number.isdecimal() and len(number) <= 18:
+        return with_plan.filter(pk=int(number)).values_list("plan_id", flat=True).first()
+    if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name) or len(name) > 200:
+        return None
+    first_word = name.split("-", 1)[0]
+    for plan_id, title in with_plan.filter(title__icontains=first_word).values_list(
+        "plan_id", "title"
+    ):
+        if slugify(title) == name:
+            return int(plan_id)
+    return None
 
 
 @receiver(post_save, sender=Recipe, dispatch_uid="proposals.recipe_saved")

@@ -45,6 +45,7 @@ RULES = (
     Rule("runs.PlanLaunch", "a launch's summary and results"),
     Rule("runs.Run", "run pages, run tables, a campaign's progress"),
     Rule("runs.RunEvent", "run timelines and the proposal's merged timeline"),
+    Rule("runs.MetricFlag", "a run's flagged metrics on its page"),
     Rule("runs.Alert", "open alerts on run, proposal and campaign pages"),
     Rule("runs.Campaign", "campaign pages, the home page's campaigns", versions=_campaign_list),
     Rule("runs.CampaignRun", "a campaign's runs"),

@@ -407,6 +407,30 @@ class MetricSummary(models.Model):
         return f"{self.run_id} {self.key} last={self.last}"
 
 
+class MetricFlag(models.Model):
+    """A key of a run whose logged values do not fit its recipe's declaration (a fraction
+    above 1, a percent above 100): its points are stored as logged and flagged, once per key.
+    The declaration may be the mistake: when the stored values fit the recipe's declaration
+    again (a maintainer corrected it), the flag is resolved (``runs.metrics.flags``). The
+    plan's verdict leaves a flagged key's value out until then."""
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="metric_flags")
+    key = models.CharField(max_length=200)
+    reason = models.CharField(max_length=500)
+    step = models.BigIntegerField(help_text="The first step whose value did not fit.")
+    value = models.FloatField()
+    unit = models.CharField(max_length=20, help_text="The unit it was checked against.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    resolved_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run", "key"]
+        constraints = [models.UniqueConstraint(fields=["run", "key"], name="metric_flag_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id} {self.key}: {self.reason}"
+
+
 class MetricSeries(models.Model):
     """A key's downsampled series: fixed-width step buckets (count, sum, min, max, last
     step), packed, so that charts never read points. Kept by ``runs.series``."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.exceptions import ValidationError as DjangoValidationError
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import (
@@ -24,7 +23,7 @@ from rest_framework.views import APIView
 
 from marin_site.doors import Door
 from runs import selectors, tokens
-from runs.alerts.services import alerts_not_finite, not_finite_steps
+from runs.alerts.services import alerts_not_finite
 from runs.metrics import ingest
 from runs.metrics import parse as metrics_parse
 from runs.models import Run
@@ -71,7 +70,12 @@ class RunnerView(APIView):
 
 
 class RunMetricsView(RunnerView):
-    """``POST {"points": [{key, step, value, time?}]}``: upserted by (run, key, step)."""
+    """``POST {"points": [{key, step, value, time?}]}``: upserted by (run, key, step), key by
+    key. The answer: ``{"stored": n, "refused": [...], "flagged": [...], "refused_keys": n,
+    "alerts_opened": n}``, each entry ``{key, reason, step, points}`` (the first step). A
+    refused key's points cannot be stored (``runs.metrics.parse``); a flagged key's are
+    stored and flagged (``runs.metrics.flags``). 200 when anything was usable; 400 with the
+    same lists when nothing was."""
 
     @extend_schema(request=MetricBatchSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:
@@ -84,16 +88,28 @@ class RunMetricsView(RunnerView):
             )
         # The raw body, not request.data: orjson and one checking loop are several times
         # faster than DRF's parser for 1000 points (bench/ingest.py).
-        try:
-            batch = metrics_parse.points_parse_body(body=request.body)
-        except DjangoValidationError:
-            # Refused whole (NaN is not JSON and is never stored), but a diverging run is
-            # exactly what alerts are for: its non-finite values open NaN alerts first.
-            if first_steps := not_finite_steps(request.body):
-                alerts_not_finite(run=run, first_steps=first_steps, door=Door.RUNNER)
-            raise
-        stored = ingest.metrics_ingest(run=run, batch=batch)
-        return Response({"stored": stored})
+        checked = metrics_parse.points_check_body(body=request.body)
+        # A NaN or an infinity is refused (never stored) and opens the key's NaN alert when
+        # the run's rules watch it: the refusal says the value was not stored, the alert that
+        # the run diverged; both name the same key and first step (docs/trackers.md).
+        opened = 0
+        if first_steps := checked.not_finite():
+            opened = alerts_not_finite(run=run, first_steps=first_steps, door=Door.RUNNER)
+        stored, misfits = ingest.metrics_ingest_flagged(
+            run=run, batch=checked.batch, door=Door.RUNNER
+        )
+        refused = metrics_parse.refusals_listed(checked.refused)
+        answer = {
+            "stored": stored,
+            "refused": refused,
+            "refused_keys": len(checked.refused),
+            "flagged": [
+                {"key": m.key, "reason": m.reason, "step": m.step, "points": m.points}
+                for m in misfits
+            ],
+            "alerts_opened": opened,
+        }
+        return Response(answer, status=400 if checked.refused and not stored else 200)
 
 
 class RunHeartbeatView(RunnerView):

@@ -15,6 +15,9 @@
   runs to execute by hand (``runs.permissions.CLAIM_RUN``). Asked, not announced.
 - ``plan_pages``: kwarg ``plan_id``; each receiver returns ``(label, url)`` of the page that
   shows the plan (its proposal's page) or None. A run's page links back to it. Asked.
+- ``plan_named``: kwarg ``name``; each receiver returns the id of the plan a person means by
+  that name (the proposal's number, ``#14`` or ``14``, or its slug) or None. MLflow's door
+  takes these as experiment names beside ``plan-<id>``. Asked.
 - ``alert_changed``: kwargs ``alert_id``, ``run_id``, ``plan_id`` and ``opened`` (True when
   the alert opened, False when it closed): an alert on a run's metrics (``runs.alerts``).
 - ``intervention_recorded``: kwargs ``intervention_id`` and ``campaign_id``: a maintainer
@@ -32,5 +35,6 @@ plan_finished = Signal()
 reconcile_pass = Signal()
 plan_owners = Signal()
 plan_pages = Signal()
+plan_named = Signal()
 alert_changed = Signal()
 intervention_recorded = Signal()

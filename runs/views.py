@@ -28,6 +28,7 @@ from runs import permissions as run_perms
 from runs import selectors
 from runs.alerts import selectors as alert_selectors
 from runs.executors import EXECUTORS, ExecutorError, get_executor
+from runs.metrics import flags as metric_flags
 from runs.metrics.display import MetricDisplay
 from runs.models import Plan, PlanLaunch, Recipe, Run
 from runs.pools.models import Pool
@@ -184,6 +185,7 @@ def _run_page(
             ),
             "events": run.events.select_related("actor"),
             "alerts": list(alert_selectors.run_alerts(run_id=run.pk)[:20]),
+            "metric_flags": metric_flags.run_flags(run_id=run.pk),
             "config_json": json.dumps(run.config, indent=2, sort_keys=True),
             "tracker_config_json": json.dumps(run.tracker_config, indent=2, sort_keys=True)
             if run.tracker_config

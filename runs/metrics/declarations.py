@@ -10,7 +10,8 @@ logged them, so a corrected declaration re-reads every stored value under the ne
 ``runs.metrics.display`` converts when it shows them, on every page, chart and answer.
 Levanter logs ``throughput/mfu`` in percent (``unit: percent``); a trainer logging 0.25 for
 25 % declares ``unit: percent, logged_as: fraction``. At ingest (``metrics_ingest``, every
-door) a value outside the range of the unit it is logged in is refused, naming the key.
+door) a key whose values lie outside the range of the unit it is logged in is stored and
+flagged (``runs.metrics.flags``): the declaration may be the mistake.
 
 Declarations are checked against ``DECLARATIONS_SCHEMA`` when a recipe is saved.
 ``warmup_steps`` is the steady-state warm-up of a throughput key (``runs.metrics.steady``:
@@ -178,10 +179,11 @@ def unit_check(*, declaration: MetricDeclaration, steps: list[int], values: list
 def _first_outside(
     steps: list[int], values: list[float], bounds: tuple[float, float]
 ) -> tuple[int, float]:
-    for step, value in zip(steps, values, strict=True):
-        if not bounds[0] <= value <= bounds[1]:
-            return step, value
-    return steps[0], values[0]
+    """The lowest step whose value lies outside ``bounds``."""
+    outside = [
+        (s, v) for s, v in zip(steps, values, strict=True) if not bounds[0] <= v <= bounds[1]
+    ]
+    return min(outside) if outside else (steps[0], values[0])
 
 
 def summary_convert(
@@ -204,29 +206,52 @@ def summary_convert(
     return out, problems
 
 
-def declarations_check(
+@dataclass(frozen=True, slots=True)
+class UnitMisfit:
+    """A key of a batch whose values do not fit the unit it is declared logged in."""
+
+    key: str
+    reason: str
+    step: int  # the first step (in batch order) whose value does not fit
+    value: float
+    unit: str
+    points: int  # how many of the key's points do not fit
+
+
+def declarations_misfits(
     *, run_id: int, keys: list[str], steps: list[int], values: list[float]
-) -> tuple[list[float], list[str]]:
-    """The batch's values (as logged: the same list) and the problems of its fraction and
-    percent keys (a batch with any is refused whole by the caller)."""
+) -> list[UnitMisfit]:
+    """The fraction and percent keys of a batch whose values lie outside their logged
+    unit's range: one per key (its points are stored, and flagged by the caller)."""
     declarations = declarations_for_run(run_id=run_id)
     wanted = {k for k, d in declarations.items() if logged_unit(d) in UNIT_RANGES}
     if not wanted:
-        return values, []
+        return []
     positions: dict[str, list[int]] = {}
     for index, key in enumerate(keys):
         if key in wanted:
             positions.setdefault(key, []).append(index)
-    problems: list[str] = []
+    misfits: list[UnitMisfit] = []
     for key, indices in positions.items():
-        problem = unit_check(
-            declaration=declarations[key],
-            steps=[steps[i] for i in indices],
-            values=[values[i] for i in indices],
-        )
+        declaration = declarations[key]
+        key_steps = [steps[i] for i in indices]
+        key_values = [values[i] for i in indices]
+        problem = unit_check(declaration=declaration, steps=key_steps, values=key_values)
         if problem:
-            problems.append(problem)
-    return values, problems
+            bounds = UNIT_RANGES[logged_unit(declaration)]
+            step, value = _first_outside(key_steps, key_values, bounds)
+            outside = sum(not bounds[0] <= v <= bounds[1] for v in key_values)
+            misfits.append(UnitMisfit(key, problem, step, value, logged_unit(declaration), outside))
+    return misfits
+
+
+def value_fits(declaration: MetricDeclaration | None, low: float, high: float) -> bool:
+    """Whether stored values from ``low`` to ``high`` fit a declaration (an undeclared key,
+    or one whose unit has no range, fits anything)."""
+    if declaration is None:
+        return True
+    bounds = UNIT_RANGES.get(logged_unit(declaration))
+    return bounds is None or (bounds[0] <= low and high <= bounds[1])
 
 
 def declarations_or_error(data: Any) -> None:

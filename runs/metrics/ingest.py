@@ -24,18 +24,20 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 from psycopg.types.numeric import Int8
 
 from marin_site.db import server_binding_cursor
+from marin_site.doors import Door
 from marin_site.errors import DomainError
 from runs.alerts.services import alerts_evaluate
 from runs.metrics import declarations as metric_declarations
+from runs.metrics import flags as metric_flags
 from runs.metrics import pg_arrays
-from runs.metrics.parse import MAX_ERRORS, PointBatch
+from runs.metrics.declarations import UnitMisfit
+from runs.metrics.parse import PointBatch
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 from runs.series.rollup import series_refresh_soon
 
@@ -77,27 +79,31 @@ def metrics_rate_check(*, run_id: int) -> None:
 
 
 def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True) -> int:
+    """``metrics_ingest_flagged``, answering the number of distinct points in the batch."""
+    return metrics_ingest_flagged(run=run, batch=batch, require_running=require_running)[0]
+
+
+def metrics_ingest_flagged(
+    *, run: Run, batch: PointBatch, require_running: bool = True, door: str = Door.SYSTEM
+) -> tuple[int, list[UnitMisfit]]:
     """Upsert a checked batch for ``run`` (loaded with its state by the token check) and fold
     it into the per-key summaries; schedule the series refresh when anything changed.
-    A resent batch changes nothing. Returns the number of distinct points in the batch.
+    A resent batch changes nothing. Returns the number of distinct points in the batch, and
+    its keys whose values do not fit their declaration (stored, and flagged).
 
     Every door writes through here: the native API, MLflow's, the Levanter tracker and the
     ``tracker_metrics.jsonl`` import (which alone may write a run that has ended, with
-    ``require_running=False``). Values are stored as logged; a batch with a fraction or
-    percent key outside the range of the unit it is logged in is refused
-    (``runs.metrics.declarations``; ``runs.metrics.display`` converts when it shows them).
+    ``require_running=False``). Values are stored as logged; a fraction or percent key with
+    values outside the range of the unit it is logged in is stored and flagged
+    (``runs.metrics.flags``; ``runs.metrics.display`` converts when it shows them).
     """
     if require_running and run.state != RunState.RUNNING:
         raise NotRunning(f"Run {run.pk} is {run.state}; only a running run takes metrics.")
     if not len(batch):
-        return 0
-    values, problems = metric_declarations.declarations_check(
+        return 0, []
+    misfits = metric_declarations.declarations_misfits(
         run_id=run.pk, keys=batch.keys, steps=batch.steps, values=batch.values
     )
-    if problems:
-        raise ValidationError({"points": problems[:MAX_ERRORS]})
-    if values is not batch.values:
-        batch = PointBatch(batch.keys, batch.steps, values, batch.times)
     if run.state == RunState.RUNNING:
         loaded = "heartbeat_at" not in run.get_deferred_fields()
         run_sign_of_life(run_id=run.pk, last=run.heartbeat_at if loaded else None)
@@ -112,7 +118,9 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
                 alerts_evaluate(run=run, batch=batch)
             except Exception:  # the points are stored; an alert's fault never refuses them
                 logger.exception("evaluating the alerts of run %s failed", run.pk)
-    return len(batch)
+    if misfits:
+        metric_flags.flags_record(run=run, misfits=misfits, door=door)
+    return len(batch), misfits
 
 
 POINTS_TABLE = MetricPoint._meta.db_table

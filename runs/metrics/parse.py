@@ -1,15 +1,24 @@
-"""Checking a batch of points as a runner sends it.
+"""Checking a batch of points as a runner sends it, key by key.
 
 The write path is built for speed (bench/ingest.py): the body is parsed with orjson and
 checked in one loop into four columns, with no object per point. Each (key, step) appears
 once in a checked batch: the last of repeats wins.
+
+A point that cannot be stored (a key that is not a metric key, a value that is not a finite
+number, a negative step, a time outside 2000-2100) is left out alone and reported by key, with
+its reason and first step (``KeyRefusal``); every other point of the batch is kept. A step
+lower than one already stored is stored (a run resumed from a checkpoint logs its steps
+again: points are upserted by key and step). NaN and infinities are not JSON, but Python's
+``json.dumps`` writes them: a body orjson refuses is read again by the standard library, so
+such a value is refused by key rather than the whole batch.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -22,6 +31,7 @@ METRIC_KEY = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_./@:+-]{0,199}\Z")  # \Z: no t
 MAX_STEP = 2**62
 EARLIEST, LATEST = 946_684_800.0, 4_102_444_800.0  # 2000-01-01 .. 2100-01-01, unix seconds
 MAX_ERRORS = 20
+MAX_REFUSALS_LISTED = 100  # an answer lists this many refused keys, and counts the rest
 
 
 class BatchTooLarge(DomainError):
@@ -42,18 +52,88 @@ class PointBatch:
         return len(self.keys)
 
 
-def points_parse_body(*, body: bytes) -> PointBatch:
-    """Parse and check a raw request body (see ``points_parse``)."""
+@dataclass(slots=True)
+class KeyRefusal:
+    """A key whose points of a batch were not stored (or flagged: stored, and marked), the
+    reason of its first refused point, the lowest such step and how many points. ``key`` is
+    None for a point whose key is not a string (``reason`` names the point)."""
+
+    key: str | None
+    reason: str
+    step: int | None
+    points: int = 1
+
+    def as_dict(self) -> dict[str, Any]:
+        key = self.key
+        if key is not None:  # cut, and a lone surrogate written as its escape
+            key = key[:200].encode("utf-8", "backslashreplace").decode() + (
+                "…" if len(key) > 200 else ""
+            )
+        return {"key": key, "reason": self.reason, "step": self.step, "points": self.points}
+
+
+@dataclass(slots=True)
+class CheckedBatch:
+    """What a batch's check keeps (``batch``) and what it refuses, by key."""
+
+    batch: PointBatch
+    refused: list[KeyRefusal] = field(default_factory=list)
+
+    def not_finite(self) -> dict[str, int]:
+        """The first step of each key refused for a NaN or an infinity."""
+        return {
+            r.key: r.step
+            for r in self.refused
+            if r.key is not None and r.step is not None and r.reason.startswith(NOT_FINITE)
+        }
+
+
+NOT_FINITE = "value is not finite"
+
+
+def refusals_listed(refusals: list[KeyRefusal]) -> list[dict[str, Any]]:
+    return [r.as_dict() for r in refusals[:MAX_REFUSALS_LISTED]]
+
+
+def body_load(body: bytes) -> Any:
+    """A metrics body as data. orjson refuses NaN and Infinity (not JSON, but what Python's
+    ``json.dumps`` writes), and integers beyond 64 bits: such a body is read again by the
+    standard library, so those values are refused by key. Anything else that is not JSON is
+    refused whole, naming the problem."""
     try:
-        data = orjson.loads(body)
+        return orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        # orjson refuses NaN and Infinity, which are not JSON.
-        raise ValidationError({"points": [f"send a JSON body: {exc}"]}) from None
-    return points_parse(data=data)
+        try:
+            return json.loads(body)
+        except (ValueError, RecursionError):
+            raise ValidationError({"points": [f"send a JSON body: {exc}"]}) from None
+
+
+def points_parse_body(*, body: bytes) -> PointBatch:
+    """Parse and check a raw request body, all or nothing (see ``points_parse``)."""
+    return points_parse(data=body_load(body))
+
+
+def points_check_body(*, body: bytes) -> CheckedBatch:
+    """Parse and check a raw request body, key by key (see ``points_check``)."""
+    return points_check(data=body_load(body))
 
 
 def points_parse(*, data: Any) -> PointBatch:
-    """Check a batch body ``{"points": [{key, step, value, time?}, ...]}``.
+    """Check a batch body, all or nothing: any point that cannot be stored refuses it,
+    naming up to MAX_ERRORS of them (``points_check`` keeps the rest)."""
+    checked = points_check(data=data)
+    if checked.refused:
+        raise ValidationError(
+            {"points": [f"{r.key}: {r.reason}" for r in checked.refused[:MAX_ERRORS]]}
+        )
+    return checked.batch
+
+
+def points_check(*, data: Any) -> CheckedBatch:
+    """Check a batch body ``{"points": [{key, step, value, time?}, ...]}``: the points that
+    can be stored, and the refused ones by key (``KeyRefusal``). Only a body that is not such
+    a batch, or holds more than RUNS_METRICS_MAX_POINTS points, is refused whole.
 
     One loop, exact type checks (a JSON document has no subclasses; ``True`` is no number),
     and the key pattern checked once per distinct key."""
@@ -68,7 +148,7 @@ def points_parse(*, data: Any) -> PointBatch:
     values: list[float] = []
     times: list[float | None] = []
     good_keys: set[str] = set()
-    errors: list[str] = []
+    refused: dict[Any, KeyRefusal] = {}
     isfinite = math.isfinite
     for index, point in enumerate(points):
         if type(point) is dict:
@@ -92,14 +172,30 @@ def points_parse(*, data: Any) -> PointBatch:
                 values.append(value if type(value) is float else float(value))
                 times.append(at)
                 continue
-        errors.append(f"points[{index}]: {_point_problem(point)}")
-        if len(errors) >= MAX_ERRORS:
-            break
-    if errors:
-        raise ValidationError({"points": errors})
+        _refuse(refused, index, point)
+    batch = PointBatch(keys, steps, values, times)
     if len(set(zip(keys, steps, strict=True))) != len(keys):
-        return _last_of_repeats(keys, steps, values, times)
-    return PointBatch(keys, steps, values, times)
+        batch = _last_of_repeats(keys, steps, values, times)
+    return CheckedBatch(batch, list(refused.values()))
+
+
+def _refuse(refused: dict[Any, KeyRefusal], index: int, point: Any) -> None:
+    """Count a point the fast check refused under its key (or its place, when it has no
+    key that is a string)."""
+    reason = _point_problem(point)
+    key = point.get("key") if isinstance(point, dict) else None
+    if type(key) is not str:
+        refused[("at", index)] = KeyRefusal(None, f"points[{index}]: {reason}", None)
+        return
+    step = point.get("step")
+    step = step if type(step) is int and 0 <= step < MAX_STEP else None
+    seen = refused.get(key)
+    if seen is None:
+        refused[key] = KeyRefusal(key, reason, step)
+        return
+    seen.points += 1
+    if step is not None and (seen.step is None or step < seen.step):
+        seen.step, seen.reason = step, reason
 
 
 def _good_key(key: Any, good_keys: set[str]) -> bool:
@@ -115,13 +211,17 @@ def _point_problem(point: Any) -> str:
         return "must be an object with key, step, value"
     key, step, value = point.get("key"), point.get("step"), point.get("value")
     if not isinstance(key, str) or not METRIC_KEY.match(key):
-        return "key must be 1-200 characters of letters, digits and _./@:+-"
+        return "key must be 1-200 characters of letters, digits and _./@:+- (no spaces)"
     if not isinstance(step, int) or isinstance(step, bool) or not 0 <= step < MAX_STEP:
         return "step must be a non-negative integer"
     finite_float = isinstance(value, float) and math.isfinite(value)
     int64 = isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
     if not (finite_float or int64):
-        return "value must be a finite number (NaN and infinities are refused)"
+        if isinstance(value, float):
+            return f"{NOT_FINITE} ({value!r}): NaN and infinities are not stored"
+        if isinstance(value, int) and not isinstance(value, bool):
+            return "value is an integer beyond 64 bits"
+        return "value must be a number (not a string, a boolean or null)"
     return "time must be unix seconds between 2000 and 2100"
 
 

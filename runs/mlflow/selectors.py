@@ -11,6 +11,7 @@ from typing import Any
 from runs.mlflow import protocol
 from runs.mlflow.errors import ENDPOINT_NOT_FOUND, RESOURCE_DOES_NOT_EXIST, MlflowError, invalid
 from runs.models import MetricPoint, MetricSummary, Plan, Run
+from runs.signals import plan_named
 
 
 def _run_readable(run_id: int) -> Run:
@@ -27,9 +28,24 @@ def experiment_get(*, plan_id: int | None, asked: str) -> dict[str, Any]:
     return protocol.experiment_entity(plan)
 
 
+EXPERIMENT_NAMES = (
+    "plan-<id>, the proposal's number (#14 or 14) or its slug (its title in lower case, "
+    "words joined by '-')"
+)
+
+
 def experiment_plan_id(name: str) -> int | None:
+    """The plan an experiment name means: ``plan-<id>``, or a name a person sees for it (the
+    proposal's number or slug, answered by ``runs.signals.plan_named``); None for no plan."""
     match = re.fullmatch(r"plan-(\d{1,18})", name)
-    return int(match.group(1)) if match else None
+    if match:
+        return int(match.group(1))
+    if not name or len(name) > 200:
+        return None
+    for _receiver, answer in plan_named.send_robust(sender=Plan, name=name):
+        if isinstance(answer, int):
+            return answer
+    return None
 
 
 def experiment_get_by_name(*, name: str) -> dict[str, Any]:
@@ -37,7 +53,9 @@ def experiment_get_by_name(*, name: str) -> dict[str, Any]:
     plan = Plan.objects.filter(pk=plan_id).first() if plan_id is not None else None
     if plan is None:
         raise MlflowError(
-            RESOURCE_DOES_NOT_EXIST, f"Could not find experiment with name '{name[:200]}'"
+            RESOURCE_DOES_NOT_EXIST,
+            f"Could not find experiment with name '{name[:200]}': name a plan by "
+            f"{EXPERIMENT_NAMES}.",
         )
     return protocol.experiment_entity(plan)
 

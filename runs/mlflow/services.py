@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.contrib.auth.models import User
-from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
@@ -50,6 +49,7 @@ from runs.mlflow.errors import (
 )
 from runs.models import Plan, PlanLaunch, Run, RunEvent, RunOrigin, RunState
 from runs.services import runs as run_writes
+from runs.services.dispatch import plan_expand
 from runs.trackers import reports as tracker_reports
 
 DOOR = Door.MLFLOW
@@ -137,8 +137,8 @@ def experiment_create(*, caller: Caller, name: str) -> str:
         return str(run.plan_id)
     raise invalid(
         f"marin-site cannot create the experiment '{name[:200]}': its experiments are the plans "
-        "of approved proposals (named plan-<id>). Propose the experiment on the site, or log "
-        "to an existing plan with mlflow.set_experiment('plan-<id>')."
+        "of approved proposals. Propose the experiment on the site, or log to an existing "
+        f"plan with mlflow.set_experiment(NAME), NAME being {selectors.EXPERIMENT_NAMES}."
     )
 
 
@@ -200,6 +200,10 @@ def _claim(*, user: User, plan_id: int, wanted: str) -> Run:
         raise invalid(f"Plan {plan_id} is not launched: approve its proposal first.")
     if launch.canceled_at is not None:
         raise invalid(f"Plan {plan_id} was canceled; its runs take no new work.")
+    if launch.expanded_at is None:
+        # Right after an approval the plan's runs may not exist yet (the expansion is a task
+        # after commit): expand it here, once (plan_expand locks the launch and is idempotent).
+        plan_expand(plan_id=plan_id)
     with transaction.atomic():
         queued = Run.objects.select_for_update(skip_locked=True).filter(
             plan_id=plan_id, state=RunState.QUEUED, cancel_requested_at__isnull=True
@@ -316,7 +320,11 @@ def log_batch(
     params: list[tuple[str, str]],
     tags: list[tuple[str, str]],
 ) -> None:
-    """Params, tags and metrics of one request: all stored, or nothing (MLflow's rule)."""
+    """Params, tags and metrics of one request, as MLflow would store them: what MLflow
+    itself refuses (``protocol``) refuses the request; a metric MLflow stores but the site
+    cannot (NaN, infinities, keys with spaces or over 200 characters, negative steps) is left
+    out alone and noted once per key on the run's timeline; a key whose values do not fit its
+    declaration is stored and flagged. MLflow's answer stays ``{}``."""
     run = _writable_run(caller, run_id)
     keys = [key for key, _ in params]
     repeated = sorted({k for k in keys if keys.count(k) > 1})
@@ -325,8 +333,8 @@ def log_batch(
             f"Duplicate parameter keys have been submitted: {repeated}. Please ensure the "
             "request contains only one param value per param key."
         )
-    batch, not_finite = _points(metric_items)
-    if len(batch) or not_finite:
+    batch, not_finite, unstorable = _points(metric_items)
+    if len(batch) or not_finite or unstorable:
         if run.state != RunState.RUNNING:
             raise invalid(f"The run {run.pk} must be running to take metrics; it is {run.state}.")
         try:
@@ -345,36 +353,47 @@ def log_batch(
             )
         if len(batch):
             try:
-                ingest.metrics_ingest(run=locked, batch=batch)
-            except ValidationError as exc:
-                raise invalid("; ".join(exc.messages)[:2000]) from exc
+                ingest.metrics_ingest_flagged(run=locked, batch=batch, door=DOOR)
             except ingest.NotRunning as exc:
                 raise invalid(exc.message) from exc
         if not_finite:
-            _note_not_finite(locked, not_finite, caller)
+            notes = {
+                key: f"was not finite at step {step}: such values are not stored"
+                for key, step in not_finite.items()
+            }
+            _note_once(locked, Verb.NOT_FINITE, notes, caller)
             alerts_not_finite(run=locked, first_steps=not_finite, door=DOOR)
+        if unstorable:
+            _note_once(locked, Verb.METRIC_REFUSED, unstorable, caller)
     if not len(batch):  # metrics_ingest counted the points as a sign of life already
         ingest.run_sign_of_life(run_id=run.pk, last=locked.heartbeat_at)
 
 
-def _points(items: list[protocol.MetricIn]) -> tuple[metrics_parse.PointBatch, dict[str, int]]:
-    """The storable points, and the first step of each key whose value was not finite."""
+def _points(
+    items: list[protocol.MetricIn],
+) -> tuple[metrics_parse.PointBatch, dict[str, int], dict[str, str]]:
+    """The storable points, the first step of each key whose value was not finite, and the
+    keys the site cannot store at all (with why, for the timeline)."""
     keys: list[str] = []
     steps: list[int] = []
     values: list[float] = []
     times: list[float | None] = []
     not_finite: dict[str, int] = {}
-    for index, item in enumerate(items):
+    unstorable: dict[str, str] = {}
+    for item in items:
+        shown = item.key[:200]
         if not metrics_parse.METRIC_KEY.match(item.key):
-            raise invalid(
-                f"Invalid value {item.key!r} for parameter 'metrics[{index}].key': marin-site "
-                "stores metric keys of at most 200 letters, digits and _./@:+- (no spaces)."
+            unstorable.setdefault(
+                shown,
+                "is not stored: marin-site stores metric keys of at most 200 letters, digits "
+                "and _./@:+- (no spaces)",
             )
+            continue
         if not 0 <= item.step < metrics_parse.MAX_STEP:
-            raise invalid(
-                f"Invalid value {item.step} for parameter 'metrics[{index}].step': marin-site "
-                "stores steps from 0."
+            unstorable.setdefault(
+                shown, f"at step {item.step} is not stored: marin-site stores steps from 0"
             )
+            continue
         if not math.isfinite(item.value):
             not_finite.setdefault(item.key, item.step)
             continue
@@ -390,7 +409,7 @@ def _points(items: list[protocol.MetricIn]) -> tuple[metrics_parse.PointBatch, d
         kept = sorted(seen.values())
         keys, steps = [keys[i] for i in kept], [steps[i] for i in kept]
         values, times = [values[i] for i in kept], [times[i] for i in kept]
-    return metrics_parse.PointBatch(keys, steps, values, times), not_finite
+    return metrics_parse.PointBatch(keys, steps, values, times), not_finite, unstorable
 
 
 def _params_unchanged(run: Run, params: list[tuple[str, str]]) -> None:
@@ -405,24 +424,22 @@ def _params_unchanged(run: Run, params: list[tuple[str, str]]) -> None:
             )
 
 
-def _note_not_finite(run: Run, first_steps: dict[str, int], caller: Caller) -> None:
-    """Non-finite values are not stored (the native API refuses them); the timeline says so
-    once per key, so a diverging run's page shows where it went."""
-    noted = set(
-        RunEvent.objects.filter(run_id=run.pk, verb=Verb.NOT_FINITE).values_list(
-            "message", flat=True
-        )
+def _note_once(run: Run, verb: Verb, messages: dict[str, str], caller: Caller) -> None:
+    """A timeline row per key, its message the key then ``messages[key]``, once per run and
+    key: a diverging run's page shows where it went, a key that cannot be stored is named."""
+    noted = list(
+        RunEvent.objects.filter(run_id=run.pk, verb=verb).values_list("message", flat=True)
     )
-    noted_keys = {message.split(" ", 1)[0] for message in noted}
-    for key, step in first_steps.items():
-        if key not in noted_keys:
+    for key, rest in messages.items():
+        head = (key if metrics_parse.METRIC_KEY.match(key) else repr(key)) + " "
+        if not any(message.startswith(head) for message in noted):
             run_writes.run_event_record(
                 run=run,
-                verb=Verb.NOT_FINITE,
+                verb=verb,
                 door=DOOR,
                 actor=caller.user,
                 actor_label=caller.label,
-                message=f"{key} was not finite at step {step}: such values are not stored",
+                message=head + rest,
             )
 
 

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from runs.metrics.declarations import MetricDeclaration, declarations_parse
+from runs.metrics.flags import flags_open
 from runs.metrics.steady import is_steady_state_key
 from runs.models import TERMINAL_RUN_STATES, Plan, PlanLaunch, Run, RunState
 from runs.results.ladder import Ladder, ladder_markdown, ladder_metric, plan_ladder
@@ -60,8 +61,22 @@ def latest_runs(*, plan_id: int) -> list[Run]:
 
 def final_metrics(*, runs: list[Run]) -> dict[int, dict[str, float]]:
     """Each run's last value per key, throughput keys their steady-state median (a cached
-    run reads the run it reuses: ``runs.results.presentation.final_values``)."""
-    return final_values(runs)[0]
+    run reads the run it reuses: ``runs.results.presentation.final_values``). A key with an
+    open flag (its values do not fit its declaration: ``runs.metrics.flags``) is left out
+    until the flag is resolved, so no verdict rests on a value read in the wrong unit."""
+    values = final_values(runs)[0]
+    source_of = {run.pk: run.cached_from_id or run.pk for run in runs}
+    flagged = flags_open(run_ids=set(source_of.values()))
+    if not flagged:
+        return values
+    return {
+        run_id: {
+            key: value
+            for key, value in metrics.items()
+            if key not in flagged.get(source_of[run_id], ())
+        }
+        for run_id, metrics in values.items()
+    }
 
 
 def compare(

@@ -15,6 +15,7 @@ from marin_site.doors import Door
 from marin_site.events import Verb
 from runs.executors import EXECUTORS, pool_name
 from runs.metrics.declarations import declarations_forget, declarations_validate
+from runs.metrics.flags import flags_recheck
 from runs.models import Recipe, RecipeEvent
 from runs.pools.models import Pool
 from runs.pools.services import labels_clean, labels_problem
@@ -178,6 +179,8 @@ def recipe_update(
     recipe.full_clean()
     recipe.save()
     declarations_forget()
+    if "metrics" in changed:  # stored values are read again under the corrected declarations
+        flags_recheck(recipe=recipe, door=door)
     if changed:
         recipe_event_record(
             recipe=recipe,

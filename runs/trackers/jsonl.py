@@ -33,8 +33,7 @@ import orjson
 from django.core.exceptions import ValidationError
 
 from marin_site.errors import DomainError
-from runs.metrics import declarations as metric_declarations
-from runs.metrics.ingest import metrics_ingest
+from runs.metrics.ingest import metrics_ingest_flagged
 from runs.metrics.parse import EARLIEST, LATEST, MAX_STEP, METRIC_KEY, PointBatch
 from runs.models import Run
 from runs.trackers import reports as tracker_reports
@@ -71,6 +70,7 @@ class ImportReport:
     summary: dict[str, float] = field(default_factory=dict)
     summary_line: int = 0
     artifacts: list[dict[str, Any]] = field(default_factory=list)
+    flagged: dict[str, str] = field(default_factory=dict)  # key: why (stored and flagged)
 
     def error(self, line: int, problem: str) -> None:
         self.error_count += 1
@@ -91,6 +91,7 @@ class ImportReport:
             "skipped": self.skipped,
             "error_count": self.error_count,
             "errors": [{"line": n, "problem": p} for n, p in self.errors],
+            "flagged": [{"key": k, "reason": r} for k, r in sorted(self.flagged.items())],
         }
 
 
@@ -254,6 +255,7 @@ class PointBatcher:
         self.run = run
         self.points: dict[tuple[str, int], tuple[float, float | None]] = {}
         self.written = 0
+        self.flagged: dict[str, str] = {}
 
     def add(self, key: str, step: int, value: float, at: float | None) -> None:
         self.points[(key, step)] = (value, at)
@@ -269,7 +271,10 @@ class PointBatcher:
             [v for _, (v, _) in items],
             [t for _, (_, t) in items],
         )
-        self.written += metrics_ingest(run=self.run, batch=batch, require_running=False)
+        written, misfits = metrics_ingest_flagged(run=self.run, batch=batch, require_running=False)
+        self.written += written
+        for misfit in misfits:
+            self.flagged.setdefault(misfit.key, misfit.reason)
 
 
 def record_points(
@@ -289,21 +294,8 @@ def record_points(
             values.append(float(value))
         else:
             report.skipped += 1
-    if not keys:
-        return []
-    steps = [record.step] * len(keys)
-    converted, problems = metric_declarations.declarations_check(
-        run_id=run_id, keys=keys, steps=steps, values=values
-    )
-    if problems:
-        for problem in problems:
-            report.error(number, problem)
-        refused = {p.split(" ", 1)[0] for p in problems}
-        kept = [(k, v) for k, v in zip(keys, converted, strict=True) if k not in refused]
-        report.skipped += len(keys) - len(kept)
-    else:
-        kept = list(zip(keys, converted, strict=True))
-    return [(k, record.step, v, record.time) for k, v in kept]
+    # A key whose values do not fit its declaration is stored and flagged at ingest.
+    return [(k, record.step, v, record.time) for k, v in zip(keys, values, strict=True)]
 
 
 def _scan(
@@ -350,6 +342,7 @@ def _scan(
     if batcher is not None:
         batcher.flush()
         report.points = batcher.written
+        report.flagged = batcher.flagged
     report.config = config if saw_config else None
     report.summary = {k: float(v) for k, v in summary.items() if _number(v)}
     if progress is not None:

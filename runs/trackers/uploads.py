@@ -239,6 +239,10 @@ def tracker_import_summary(report: ImportReport) -> str:
     text = ", ".join(parts)
     if report.skipped:
         text += f"; {report.skipped} values skipped (not finite numbers, no step, or refused)"
+    if report.flagged:
+        text += "; flagged (stored as logged, not fitting the declared unit): " + ", ".join(
+            sorted(report.flagged)[:10]
+        )
     if report.error_count:
         text += f"; {report.error_count} lines with problems: {report.problem_text()}"
     return text

@@ -16,7 +16,7 @@ from runs import tokens
 from runs.alerts import rules, services
 from runs.alerts.models import Alert, AlertKind, AlertRule, AlertWatch
 from runs.metrics.declarations import declarations_forget
-from runs.models import Run, RunEvent, RunState
+from runs.models import MetricPoint, Run, RunEvent, RunState
 from runs.services import runs as run_writes
 from tests.runs.runs_helpers import eager_tasks, launched_plan  # noqa: F401
 
@@ -157,20 +157,30 @@ def test_a_drop_message_writes_values_in_the_declared_unit(
     assert "0.14" not in alert.message
 
 
-def test_nan_in_a_refused_batch_opens_an_alert_and_finite_values_close_it(
+def test_a_refused_nan_opens_an_alert_and_finite_values_close_it(
     api: APIClient, running: tuple[Run, str]
 ) -> None:
+    """The intended pair (issue #29): a NaN is refused (never stored, named in the answer by
+    key and first step) and opens the key's NaN alert at that same step; the batch's other
+    points are stored."""
     run, token = running
     response = send(api, run, token, [("train/loss", 10, 2.5), ("train/loss", 11, math.nan)])
-    assert response.status_code == 400  # NaN is still never stored
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["stored"] == 1 and answer["alerts_opened"] == 1
+    [refused] = answer["refused"]
+    assert (refused["key"], refused["step"]) == ("train/loss", 11)
+    assert "not finite" in refused["reason"]
+    assert not MetricPoint.objects.filter(run=run, step=11).exists()
     alert = Alert.objects.get(kind=AlertKind.NAN)
     assert (alert.key, alert.opened_step, alert.closed_at) == ("train/loss", 11, None)
     assert events(run, "alert_opened") == [
         "[nan] train/loss was not finite (NaN or infinite) at step 11"
     ]
 
-    # Sent again: still one alert.
-    send(api, run, token, [("train/loss", 12, math.inf)])
+    # Sent again: still one alert; nothing usable, so a 400 naming it.
+    again = send(api, run, token, [("train/loss", 12, math.inf)])
+    assert again.status_code == 400 and again.json()["alerts_opened"] == 0
     assert Alert.objects.count() == 1
 
     assert send(api, run, token, [("train/loss", 9, 2.6)]).status_code == 200

@@ -67,7 +67,13 @@ def test_points_are_stored_with_summaries(api: APIClient, running: tuple[Run, st
     run, token = running
     response = post(api, run, token, "metrics/", batch("train/loss", range(10), value=-5.0))
     assert response.status_code == 200, response.content
-    assert response.json() == {"stored": 10}
+    assert response.json() == {
+        "stored": 10,
+        "refused": [],
+        "refused_keys": 0,
+        "flagged": [],
+        "alerts_opened": 0,
+    }
     assert MetricPoint.objects.filter(run=run).count() == 10
     summary = MetricSummary.objects.get(run=run, key="train/loss")
     assert (summary.last, summary.min, summary.max, summary.step) == (4.0, -5.0, 4.0, 9)
@@ -89,11 +95,9 @@ def test_overlapping_batches_count_each_point_once(
     api: APIClient, running: tuple[Run, str]
 ) -> None:
     run, token = running
-    assert post(api, run, token, "metrics/", batch("train/loss", range(10))).json() == {
-        "stored": 10
-    }
+    assert post(api, run, token, "metrics/", batch("train/loss", range(10))).json()["stored"] == 10
     overlap = batch("train/loss", range(5, 15))  # 5..9 again, with the same values
-    assert post(api, run, token, "metrics/", overlap).json() == {"stored": 10}
+    assert post(api, run, token, "metrics/", overlap).json()["stored"] == 10
     assert MetricPoint.objects.filter(run=run).count() == 15
     summary = MetricSummary.objects.get(run=run, key="train/loss")
     assert (summary.count, summary.last, summary.step, summary.min) == (15, 15.0, 14, 1.0)
@@ -116,7 +120,7 @@ def test_the_last_of_repeated_points_in_a_batch_wins(
 ) -> None:
     run, token = running
     points = [{"key": "a", "step": 1, "value": v} for v in (1.0, 2.0, 3.0)]
-    assert post(api, run, token, "metrics/", {"points": points}).json() == {"stored": 1}
+    assert post(api, run, token, "metrics/", {"points": points}).json()["stored"] == 1
     assert MetricPoint.objects.get(run=run).value == 3.0
 
 
@@ -156,7 +160,7 @@ def test_points_out_of_order_are_stored_and_summarised(
         for step in (5, 3, 9, 0)
         for n, key in enumerate(("b", "a"))
     ]
-    assert post(api, run, token, "metrics/", {"points": points}).json() == {"stored": 8}
+    assert post(api, run, token, "metrics/", {"points": points}).json()["stored"] == 8
     stored = {
         (k, s): v
         for k, s, v in MetricPoint.objects.filter(run=run).values_list("key", "step", "value")
@@ -273,36 +277,46 @@ def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> N
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [
-        ('{"points": [{"key": "train/loss", "step": 1, "value": NaN}]}', "JSON"),
-        ('{"points": [{"key": "train/loss", "step": 1, "value": Infinity}]}', "JSON"),
-        ({"points": [{"key": "train/loss", "step": -1, "value": 1}]}, "points[0]: step"),
-        ({"points": [{"key": "", "step": 1, "value": 1}]}, "points[0]: key"),
-        ({"points": [{"key": "a", "step": 1, "value": "1"}]}, "points[0]: value"),
-        ({"points": [{"key": "a", "step": 1, "value": True}]}, "points[0]: value"),
-        ({"points": [{"key": "a", "step": 1.0, "value": 1}]}, "points[0]: step"),
-        ({"points": [{"key": "a", "step": 1, "value": 1, "time": 5}]}, "points[0]: time"),
-        ('{"points": [{"key": "a", "step": 1, "value": 1e999}]}', "infinity"),
-        ({"points": [{"key": "a", "step": 1, "value": 1}, 5]}, "points[1]"),
-        ({"values": []}, "points"),
-        ({"points": [{"key": "a\n", "step": 1, "value": 1}]}, "points[0]: key"),
-        ({"points": [{"key": "a", "step": 1, "value": 2**63}]}, "points[0]: value"),
-        ({"points": [{"key": "a", "step": 2**62, "value": 1}]}, "points[0]: step"),
-        (
-            {
-                "points": [
-                    {"key": "a", "step": 1, "value": 1e308},
-                    {"key": "b", "step": 1, "value": 1e308},
-                    {"key": "c", "step": 1, "value": -1e308},
-                    {"key": "d", "step": 1, "value": "x"},
-                ]
-            },
-            "points[3]: value",
-        ),
-        ({"points": {"key": "a"}}, "points"),
-        ([1, 2], "points"),
+        ('{"points": [{"key": "train/loss", "step": 1, "value": NaN}]}', "not finite (nan)"),
+        ('{"points": [{"key": "train/loss", "step": 1, "value": -Infinity}]}', "(-inf)"),
+        ({"points": [{"key": "train/loss", "step": -1, "value": 1}]}, "step must be"),
+        ({"points": [{"key": "", "step": 1, "value": 1}]}, "key must be"),
+        ({"points": [{"key": "a", "step": 1, "value": "1"}]}, "value must be a number"),
+        ({"points": [{"key": "a", "step": 1, "value": True}]}, "value must be a number"),
+        ({"points": [{"key": "a", "step": 1.0, "value": 1}]}, "step must be"),
+        ({"points": [{"key": "a", "step": 1, "value": 1, "time": 5}]}, "time must be"),
+        ('{"points": [{"key": "a", "step": 1, "value": 1e999}]}', "(inf)"),
+        ({"points": [5]}, "points[0]: must be an object"),
+        ({"points": [{"key": "a\n", "step": 1, "value": 1}]}, "key must be"),
+        ({"points": [{"key": "a b", "step": 1, "value": 1}]}, "(no spaces)"),
+        ({"points": [{"key": "k" * 10_000, "step": 1, "value": 1}]}, "1-200 characters"),
+        ({"points": [{"key": "a", "step": 1, "value": 2**63}]}, "beyond 64 bits"),
+        ({"points": [{"key": "a", "step": 2**62, "value": 1}]}, "step must be"),
     ],
 )
-def test_malformed_points_are_refused(
+def test_a_batch_with_nothing_storable_is_400_naming_each_key(
+    api: APIClient, running: tuple[Run, str], body: Any, fragment: str
+) -> None:
+    run, token = running
+    response = post(api, run, token, "metrics/", body)
+    assert response.status_code == 400
+    answer = response.json()
+    assert answer["stored"] == 0 and len(answer["refused"]) == 1
+    assert fragment in answer["refused"][0]["reason"]
+    assert len(json.dumps(answer)) < 2_000  # a 10 KB key is cut in the answer
+    assert MetricPoint.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("body", "fragment"),
+    [
+        ({"values": []}, "points"),
+        ({"points": {"key": "a"}}, "points"),
+        ([1, 2], "points"),
+        ("{not json", "JSON"),
+    ],
+)
+def test_a_body_that_is_no_batch_is_refused_whole(
     api: APIClient, running: tuple[Run, str], body: Any, fragment: str
 ) -> None:
     run, token = running
@@ -310,6 +324,54 @@ def test_malformed_points_are_refused(
     assert response.status_code == 400
     assert fragment in response.content.decode()
     assert MetricPoint.objects.count() == 0
+
+
+def test_bad_keys_are_refused_alone_and_every_good_point_is_stored(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    """Per key, never the whole batch: NaN, infinities, strings, booleans, a key with a space
+    or of 10 KB, a negative step each refuse their own points, with their reason and first
+    step; everything else of the batch is stored, a step lower than one stored included."""
+    run, token = running
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5, 8))).status_code == 200
+    raw = json.dumps(
+        {
+            "points": [
+                {"key": "train/loss", "step": 2, "value": 2.5},  # backwards: a resumed run
+                {"key": "train/loss", "step": 8, "value": 2.25},
+                {"key": "grad/norm", "step": 9, "value": "__NAN__"},
+                {"key": "grad/norm", "step": 4, "value": "__NAN__"},
+                {"key": "grad/norm", "step": 5, "value": 0.5},
+                {"key": "lr", "step": 3, "value": "3e-4"},
+                {"key": "flag", "step": 3, "value": False},
+                {"key": "has space", "step": 3, "value": 1.0},
+                {"key": "x" * 10_240, "step": 3, "value": 1.0},
+                {"key": "eval/loss", "step": -2, "value": 1.0},
+                {"key": "eval/loss", "step": 3, "value": 3.0},
+                {"key": "inf", "step": 3, "value": "__INF__"},
+            ]
+        }
+    )
+    raw = raw.replace('"__NAN__"', "NaN").replace('"__INF__"', "Infinity")
+    response = post(api, run, token, "metrics/", raw)
+    assert response.status_code == 200, response.content
+    answer = response.json()
+    assert answer["stored"] == 4
+    reasons = {r["key"][:20]: (r["reason"], r["step"], r["points"]) for r in answer["refused"]}
+    assert reasons["grad/norm"][1:] == (4, 2)
+    assert "not finite" in reasons["grad/norm"][0]
+    assert "value must be a number" in reasons["lr"][0]
+    assert "value must be a number" in reasons["flag"][0]
+    assert "no spaces" in reasons["has space"][0]
+    assert "1-200 characters" in reasons["x" * 20][0]
+    assert "step must be" in reasons["eval/loss"][0] and reasons["eval/loss"][1] is None
+    assert "(inf)" in reasons["inf"][0]
+    assert answer["refused_keys"] == 7
+    rows = MetricPoint.objects.values_list("key", "step", "value")
+    kept = {(k, s): v for k, s, v in rows}
+    assert kept[("train/loss", 2)] == 2.5 and kept[("train/loss", 8)] == 2.25
+    assert kept[("grad/norm", 5)] == 0.5 and kept[("eval/loss", 3)] == 3.0
+    assert len(kept) == 7  # three from the first batch, four from this one
 
 
 def test_values_a_fast_check_cannot_vouch_for_are_judged_point_by_point(
@@ -392,7 +454,7 @@ def test_metrics_are_a_sign_of_life_a_refused_batch_is_not(
     long_ago = timezone.now() - timedelta(hours=1)
     Run.objects.filter(pk=run.pk).update(heartbeat_at=long_ago)
     refused = {"points": [{"key": "train/loss", "step": 1, "value": "nan"}]}
-    assert post(api, run, token, "metrics/", refused).status_code == 400
+    assert post(api, run, token, "metrics/", refused).status_code == 400  # nothing usable
     assert Run.objects.get(pk=run.pk).heartbeat_at == long_ago  # nothing stored
     assert post(api, run, token, "metrics/", batch("train/loss", range(3))).status_code == 200
     run.refresh_from_db()
