@@ -287,6 +287,21 @@ class RunClient:
                 item = self._queue.popleft()
             except IndexError:
                 break
+            if len(item) == 3 and type(item[1]) is int and type(item[2]) is float:
+                # log_many's step: one check of step and time, then the fast path per key
+                metrics, step, at = item
+                append = self._buffer.append
+                self._taken += len(metrics)
+                for key, value in metrics.items():
+                    if type(key) is str and type(value) is float and key:
+                        append(Point(key, step, value, at))
+                    else:
+                        checked = self._check(key, step, value, at)
+                        if isinstance(checked, Point):
+                            append(checked)
+                        else:
+                            bad.setdefault(checked, []).append((key, step, value, at))
+                continue
             for raw in self._points(item):
                 self._taken += 1
                 checked = self._check(*raw)
@@ -361,11 +376,19 @@ class RunClient:
     # --- sending ---------------------------------------------------------------------------
 
     def _batch(self, points: list[Point]) -> list[str]:
-        """The next request's points from the front of ``points``, as JSON texts."""
+        """The next request's points from the front of ``points``, as JSON texts (the
+        sender's hot loop: a step's points share their step and time)."""
         texts: list[str] = []
         size = BATCH_OVERHEAD
-        for point in points[: self.max_points]:
-            text = point.as_json()
+        keys, isfinite = _KEY_JSON, math.isfinite
+        last_at: float | None = None
+        tail = ""
+        for key, step, value, at in points[: self.max_points]:
+            key_text = keys.get(key) or _key_json(key)
+            value_text = repr(value) if isfinite(value) else _NOT_FINITE[str(value)]
+            if at != last_at:
+                last_at, tail = at, f', "time": {at!r}}}'
+            text = f'{{"key": {key_text}, "step": {step}, "value": {value_text}{tail}'
             size += len(text) + 2
             if size > self.max_bytes and texts:
                 break
