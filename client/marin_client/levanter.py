@@ -16,6 +16,7 @@ file trackers do. This module imports levanter; ``marin_client.client`` stays st
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import math
@@ -34,16 +35,15 @@ logger = logging.getLogger(__name__)
 
 
 def _scalar(value: Any) -> float | None:
-    """A finite float from a Python, NumPy or JAX scalar; None for anything else."""
+    """A float from a Python, NumPy or JAX scalar (NaN included); None for anything else."""
     if isinstance(value, bool | str | bytes) or value is None:
         return None
     if getattr(value, "shape", ()) not in ((), (1,)):
         return None
     try:
-        number = float(value)
+        return float(value)
     except (TypeError, ValueError):
         return None
-    return number if math.isfinite(number) else None
 
 
 def _flatten(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -70,19 +70,25 @@ def _jsonable(value: Any) -> Any:
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _jsonable(dataclasses.asdict(value))
     number = _scalar(value)
-    return number if number is not None else str(value)
+    return number if number is not None and math.isfinite(number) else str(value)
 
 
 class MarinSiteTracker(Tracker):
-    """Levanter's Tracker interface over a RunClient."""
+    """Levanter's Tracker interface over a RunClient. Never raises into the training loop:
+    the client queues, and what it cannot deliver it spills (``unsent_metrics.jsonl``).
+
+    Levanter's Trainer does not call ``finish`` when it is done (``train_lm`` does), so the
+    tracker finishes itself at the interpreter's exit too (``atexit``): what is queued is
+    delivered or spilled either way. ``finish`` runs once."""
 
     name: str = "marin_site"
 
     def __init__(self, client: RunClient, *, report_final_status: bool = False) -> None:
         self.client = client
         self.report_final_status = report_final_status
-        self.skipped = 0  # values that were not finite scalars (histograms, text, NaN)
+        self.skipped = 0  # values that are not scalars (histograms, text), counted and logged
         self._finished = False
+        atexit.register(self.finish)
 
     def log_hyperparameters(self, hparams: dict[str, Any]) -> None:
         self.client.report(config=_jsonable(hparams))
@@ -94,16 +100,21 @@ class MarinSiteTracker(Tracker):
         if step is None:
             self.skipped += len(metrics)
             return
+        scalars: dict[str, float] = {}
         for key, value in _flatten(jax.device_get(dict(metrics))).items():
             number = _scalar(value)
             if number is None:
                 self.skipped += 1
-                continue
-            self.client.log(key, int(step), number)
+            else:
+                scalars[key] = number
+        # NaN and infinities are sent: the site opens its divergence alert on them
+        self.client.log_many(scalars, int(step))
 
     def log_summary(self, metrics: dict[str, Any]) -> None:
         flat = _flatten(jax.device_get(dict(metrics)))
-        summary = {k: n for k, v in flat.items() if (n := _scalar(v)) is not None}
+        summary = {
+            k: n for k, v in flat.items() if (n := _scalar(v)) is not None and math.isfinite(n)
+        }
         self.client.report(summary=summary)
 
     def log_artifact(
@@ -117,12 +128,13 @@ class MarinSiteTracker(Tracker):
         if self._finished:
             return
         self._finished = True
+        atexit.unregister(self.finish)
         if self.report_final_status:
             self.client.finish("finished")
         else:
             self.client.close()
         if self.skipped:
-            logger.info("marin_site tracker: %d values were not finite scalars", self.skipped)
+            logger.info("marin_site tracker: %d values were not scalars, not sent", self.skipped)
 
 
 @TrackerConfig.register_subclass("marin_site")

@@ -1,177 +1,169 @@
-"""The ``marin_site`` Levanter tracker, with the real Levanter (Marin's fork, JAX on CPU): a
-few steps of Levanter's own Trainer, and the Tracker interface under ``current_tracker``,
-reporting to a live server."""
+"""The ``marin_site`` Levanter tracker with current Marin Levanter (marin-levanter, Python
+3.12, in .venv-levanter made by bin/setup-levanter): a real 5-step ``Trainer`` on JAX's CPU
+backend with W&B offline beside it, reporting to a live site; the tracker interface under
+``current_tracker``; and the client importing without Levanter."""
 
 from __future__ import annotations
 
+import json
 import os
-import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
-from django.db import connections
 
-from runs import tokens
 from runs.models import MetricPoint, MetricSummary, Run, RunState
-from runs.services import runs as run_writes
-from tests.runs.runs_helpers import launched_plan
 
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
 
-pytestmark = [
-    pytest.mark.django_db(transaction=True),
-    # JAX and Levanter warn about their own APIs (e.g. thread_resources in JAX 0.8)
-    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
-    pytest.mark.filterwarnings("ignore::FutureWarning"),
-]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
-@pytest.fixture
-def job(recipe: Any, live_server: Any, monkeypatch: pytest.MonkeyPatch) -> Run:
-    """A running run and the environment the site gives the jobs it launches."""
-    run = Run.objects.filter(plan=launched_plan(recipe)).order_by("pk").first()
-    assert run is not None
-    run = run_writes.run_transition(
-        run_id=run.pk,
-        to_state=RunState.RUNNING,
-        door="worker",
-        changes={"token_hash": tokens.token_hash(tokens.run_token(run=run))},
+@pytest.fixture(scope="session")
+def levanter_python() -> Path:
+    """.venv-levanter's Python; bin/setup-levanter makes it once per pinned version."""
+    subprocess.run([str(ROOT / "bin" / "setup-levanter")], check=True, timeout=3600)  # noqa: S603
+    return ROOT / ".venv-levanter" / "bin" / "python"
+
+
+def run_in_levanter(python: Path, args: list[str], tmp_path: Path, **env: str) -> Any:
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))},
+        "JAX_PLATFORMS": "cpu",
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(tmp_path),
+        "WANDB_SILENT": "true",
+        "HOME": str(tmp_path),  # W&B and JAX write their settings and caches here
+        **env,
+    }
+    return subprocess.run(  # noqa: S603  (the Levanter venv, a script of this repository)
+        [str(python), *args],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=environment,
+        cwd=tmp_path,
     )
-    monkeypatch.setenv("RUN_API_URL", f"{live_server.url}/api/v1/")
-    monkeypatch.setenv("RUN_ID", str(run.pk))
-    monkeypatch.setenv("RUN_TOKEN", tokens.run_token(run=run))
-    monkeypatch.setitem(connections.databases["default"], "CONN_MAX_AGE", 0)
-    return run
 
 
-def test_the_tracker_is_chosen_by_name_in_a_levanter_config() -> None:
-    import draccus
-    from levanter.trainer import TrainerConfig
-    from marin_client.levanter import MarinSiteTrackerConfig
-
-    config = draccus.decode(
-        TrainerConfig,
-        {"tracker": [{"type": "noop"}, {"type": "marin_site", "flush_interval": 0.5}]},
+def test_a_levanter_trainer_reports_beside_wandb_in_levanter_s_units(
+    job: Run, levanter_python: Path, tmp_path: Path
+) -> None:
+    result = run_in_levanter(
+        levanter_python, [str(HERE / "levanter_train.py"), str(tmp_path)], tmp_path
     )
-    assert isinstance(config.tracker, tuple)
-    assert isinstance(config.tracker[1], MarinSiteTrackerConfig)
-    assert config.tracker[1].flush_interval == 0.5
+    assert result.returncode == 0, result.stderr[-4000:]
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
 
+    def series(key: str) -> dict[int, float]:
+        return dict(MetricPoint.objects.filter(run=job, key=key).values_list("step", "value"))
 
-def test_a_levanter_training_loop_reports_to_the_run(job: Run, tmp_path: pathlib.Path) -> None:
-    import draccus
-    import equinox as eqx
-    import haliax as hax
-    import jax
-    import jax.numpy as jnp
-    import levanter
-    import marin_client.levanter  # noqa: F401  (registers marin_site)
-    import optax
-    from levanter.trainer import Trainer, TrainerConfig
-
-    feature = hax.Axis("feature", 4)
-    batch = hax.Axis("batch", 8)
-
-    class Linear(eqx.Module):
-        w: hax.NamedArray
-
-        def __call__(self, x: hax.NamedArray) -> hax.NamedArray:
-            return hax.dot(x, self.w, axis=feature)
-
-    def loss_fn(model: Linear, example: Any, **kwargs: Any) -> Any:
-        x, y = example
-        return hax.mean((model(x) - y) ** 2).scalar()
-
-    def batches() -> Iterator[Any]:
-        key = jax.random.PRNGKey(0)
-        true_w = hax.named(jnp.arange(4.0), feature)
-        while True:
-            key, sub = jax.random.split(key)
-            x = hax.random.normal(sub, (batch, feature))
-            yield x, hax.dot(x, true_w, axis=feature)
-
-    config = draccus.decode(
-        TrainerConfig,
-        {
-            "num_train_steps": 6,
-            "train_batch_size": 8,
-            "id": "marin-site-test",
-            "require_accelerator": False,
-            "log_jaxprs": False,
-            "log_xla_hlo": False,
-            "log_dir": str(tmp_path / "logs"),
-            "checkpointer": {"base_path": str(tmp_path / "checkpoints")},
-            "tracker": {"type": "marin_site", "flush_interval": 0.2},
-        },
-    )
-    trainer = Trainer(config, optax.sgd(0.1), loss_fn)
-    with trainer:
-        trainer.tracker.log_hyperparameters({"optimizer": {"lr": 0.1}, "steps": 6})
-        state = trainer.initial_state(jax.random.PRNGKey(1), model=Linear(hax.zeros(feature)))
-        info = trainer.train(state, batches())
-        levanter.tracker.log_summary({"final_loss": float(info.loss), "text": "ignored"})
-        trainer.tracker.log_artifact(str(tmp_path / "checkpoints"), name="checkpoints", type="ckpt")
-    trainer.tracker.finish()
-
-    losses = dict(
-        MetricPoint.objects.filter(run=job, key="train/loss").values_list("step", "value")
-    )
-    assert len(losses) >= 3
-    assert losses[max(losses)] == pytest.approx(float(info.loss), rel=1e-5)
-    assert MetricSummary.objects.filter(run=job, key="throughput/loading_time").exists()
+    # Every step's loss, delivered at exit though nothing called finish().
+    losses = series("train/loss")
+    assert sorted(losses) == list(range(outcome["final_step"] + 1))
+    assert losses[max(losses)] == pytest.approx(outcome["final_loss"], rel=1e-5)
+    # MFU as Levanter logs it, a percent: model FLOP/s over the peak, times 100.
+    mfu, gflops = series("throughput/mfu"), series("throughput/gflops_per_second")
+    assert sorted(mfu) == sorted(gflops) == sorted(losses)
+    for step, percent in mfu.items():
+        assert percent == pytest.approx(gflops[step] * 1e9 / outcome["peak_flops"] * 100, rel=1e-6)
+    durations = series("throughput/duration")
+    step = max(durations)
+    expected = outcome["flops_per_example"] * outcome["batch"] / durations[step]
+    assert mfu[step] == pytest.approx(expected / outcome["peak_flops"] * 100, rel=1e-6)
     job.refresh_from_db()
-    assert job.tracker_config == {"optimizer": {"lr": 0.1}, "steps": 6}
-    assert job.final_metrics == {"final_loss": pytest.approx(float(info.loss))}
-    assert job.tracker_artifacts == [
-        {"uri": str(tmp_path / "checkpoints"), "name": "checkpoints", "type": "ckpt"}
-    ]
+    summary = job.final_metrics
+    assert summary["final_loss"] == pytest.approx(outcome["final_loss"])
+    # The summary's MFU percentiles, in the same unit as the points.
+    assert min(mfu.values()) <= summary["throughput/p50_mfu"] <= max(mfu.values())
+    assert "text" not in summary
+    assert job.tracker_config == {"optimizer": {"lr": 0.01}, "steps": 5}
+    assert MetricSummary.objects.filter(run=job, key="throughput/mfu").exists()
     assert job.state == RunState.RUNNING  # the job's exit decides how it ended
+    # W&B ran beside it, offline: its run directory holds the run's data.
+    runs = list((tmp_path / "wandb").glob("offline-run-*"))
+    assert len(runs) == 1
+    assert list(runs[0].glob("run-*.wandb"))
+    assert not (tmp_path / "unsent_metrics.jsonl").exists()
 
 
-def test_the_tracker_interface_under_current_tracker(job: Run) -> None:
-    import jax.numpy as jnp
-    import levanter.tracker
-    from levanter.tracker import Tracker, current_tracker
-    from marin_client.levanter import MarinSiteTrackerConfig
+TRACKER_INTERFACE = """
+import json, sys
+import jax.numpy as jnp
+import levanter.tracker
+from levanter.tracker import Tracker, current_tracker
+from marin_client.levanter import MarinSiteTracker, MarinSiteTrackerConfig
 
-    tracker = MarinSiteTrackerConfig(flush_interval=0.2, report_final_status=True).init(None)
-    assert isinstance(tracker, Tracker)
-    with current_tracker(tracker):
-        for step in range(20):
-            levanter.tracker.log(
-                {"train": {"loss": jnp.asarray(3.0 - step / 10)}, "hist": jnp.ones(3)}, step=step
-            )
-        levanter.tracker.log({"train/loss": float("nan")}, step=20)  # skipped, never sent
-    tracker.finish()
+assert issubclass(MarinSiteTracker, Tracker)
+tracker = MarinSiteTrackerConfig(flush_interval=0.2, report_final_status=True).init(None)
+with current_tracker(tracker):
+    for step in range(20):
+        levanter.tracker.log(
+            {"train": {"loss": jnp.asarray(3.0 - step / 10)}, "hist": jnp.ones(3)}, step=step
+        )
+    levanter.tracker.log({"train/loss": float("nan")}, step=20)
+tracker.finish()
+tracker.finish()  # once only
+print(json.dumps({"skipped": tracker.skipped, "stats": dict(tracker.client.stats)}))
+"""
+
+
+def test_the_tracker_interface_under_current_tracker(
+    job: Run, levanter_python: Path, tmp_path: Path
+) -> None:
+    result = run_in_levanter(levanter_python, ["-c", TRACKER_INTERFACE], tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    outcome = json.loads(result.stdout.strip().splitlines()[-1])
     steps = list(
         MetricPoint.objects.filter(run=job, key="train/loss")
         .order_by("step")
         .values_list("step", flat=True)
     )
-    assert steps == list(range(20))
+    assert steps == list(range(20))  # NaN at step 20 is refused by the site, not stored
+    assert outcome["skipped"] == 20  # the histograms
+    assert outcome["stats"]["sent"] == 20
+    spilled = [
+        json.loads(line) for line in (tmp_path / "unsent_metrics.jsonl").read_text().splitlines()
+    ]
+    assert [(p["key"], p["step"], p["value"]) for p in spilled if "key" in p] == [
+        ("train/loss", 20, "nan")
+    ]
     assert not MetricPoint.objects.filter(run=job, key="hist").exists()
     job.refresh_from_db()
     assert job.state == RunState.FINISHED  # report_final_status
 
 
-def test_the_tracker_refuses_to_start_without_its_environment(
-    monkeypatch: pytest.MonkeyPatch,
+def test_the_tracker_is_chosen_by_name_and_refuses_to_start_without_its_environment(
+    levanter_python: Path, tmp_path: Path
 ) -> None:
-    from marin_client.levanter import MarinSiteTrackerConfig
-
-    for name in ("RUN_API_URL", "RUN_ID", "RUN_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    with pytest.raises(ValueError, match="RUN_API_URL, RUN_ID, RUN_TOKEN"):
-        MarinSiteTrackerConfig().init(None)
+    code = """
+import draccus
+from levanter.trainer import TrainerConfig
+from marin_client.levanter import MarinSiteTrackerConfig
+config = draccus.decode(
+    TrainerConfig, {"tracker": [{"type": "wandb"}, {"type": "marin_site", "flush_interval": 0.5}]}
+)
+assert isinstance(config.tracker[1], MarinSiteTrackerConfig), config.tracker
+assert config.tracker[1].flush_interval == 0.5
+try:
+    MarinSiteTrackerConfig().init(None)
+except ValueError as exc:
+    print(exc)
+"""
+    env = {"RUN_API_URL": "", "RUN_ID": "", "RUN_TOKEN": ""}
+    result = run_in_levanter(levanter_python, ["-c", code], tmp_path, **env)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert "needs RUN_API_URL, RUN_ID, RUN_TOKEN" in result.stdout
 
 
 def test_the_client_module_imports_without_levanter() -> None:
     code = (
         "import sys; sys.modules['levanter'] = None; sys.modules['jax'] = None\n"
-        "import marin_client.client\n"
+        "import marin_client, marin_client.client, marin_client.agent\n"
         "print(sorted(m for m, v in sys.modules.items() if v is not None and m.startswith(('django', 'levanter', 'jax'))))"
     )
     result = subprocess.run(  # noqa: S603  (this Python, a fixed script)
