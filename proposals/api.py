@@ -110,6 +110,7 @@ class ProposalViewSet(
             door=Door.API,
             reason=body.validated_data["reason"],
             git_ref=body.validated_data["git_ref"],
+            executor=body.validated_data["executor"],
         )
         fresh = self.get_queryset().get(pk=proposal.pk)
         return Response(self.get_serializer(fresh).data)

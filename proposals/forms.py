@@ -113,6 +113,7 @@ class ReasonForm(forms.Form):
         required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2})
     )
     git_ref = forms.CharField(required=False, max_length=255)
+    executor = forms.CharField(required=False, max_length=100)
 
 
 class ReviewForm(forms.ModelForm):

@@ -236,6 +236,13 @@ FIELDS = ProposalSerializer.Meta.fields
 class TransitionSerializer(serializers.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=10_000, default="")
     git_ref = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
+    executor = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=100,
+        default="",
+        help_text="approve: where the runs go (local, ray, pool:<name>...); blank: the recipe's",
+    )
 
 
 class OutcomeSerializer(serializers.Serializer):

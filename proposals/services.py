@@ -273,13 +273,15 @@ def proposal_transition(
     door: str = Door.WEB,
     reason: str = "",
     git_ref: str = "",
+    executor: str = "",
     actor_label: str = "",
 ) -> Proposal:
     """The one way a proposal changes state: lock, check, change, record.
 
     Does nothing when the proposal is already in the target state; refuses a source state
     the action does not start from (naming the allowed ones) and an actor without the
-    action's permission.
+    action's permission. Approving launches the plan on ``executor`` when given (one the
+    recipe may go to: ``runs.services.plans.plan_launch`` checks it), else the recipe's.
     """
     transition = TRANSITIONS.get(action)
     if transition is None:
@@ -316,7 +318,10 @@ def proposal_transition(
         # The launch row commits with the approval (its expansion is nudged after commit),
         # so an approved plan is never left without one.
         plan_launch(
-            plan_id=proposal.plan.pk, criteria=dict(proposal.criteria), git_ref=proposal.git_ref
+            plan_id=proposal.plan.pk,
+            criteria=dict(proposal.criteria),
+            git_ref=proposal.git_ref,
+            executor=executor.strip(),
         )
     elif action in {"cancel", "withdraw"} and proposal.plan_id is not None:
         # Set-based and in this transaction: the proposal and its plan stop together.

@@ -264,6 +264,7 @@ def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpRespo
             door=Door.WEB,
             reason=form.cleaned_data["reason"],
             git_ref=form.cleaned_data["git_ref"],
+            executor=form.cleaned_data["executor"],
         )
     except (DomainError, ValidationError) as exc:
         return refusal(request, exc)

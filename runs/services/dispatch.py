@@ -34,10 +34,12 @@ from runs.executors import (
     is_pull_executor,
     pool_name,
 )
+from runs.executors.code import Checkout, CodeError, checkout_materialize
 from runs.executors.pool import PoolExecutor
 from runs.models import FailureKind, Plan, PlanLaunch, Run, RunEvent, RunState
 from runs.pools import wakeup
 from runs.services.runs import run_event_record, run_transition
+from runs.specs.commands import CommandError, Filled, Launch, RunValues, command_fill
 from runs.tokens import run_token, token_hash
 
 logger = logging.getLogger(__name__)
@@ -286,21 +288,69 @@ def run_workdir(*, run: Run) -> Path:
 PYTHON_PLACEHOLDER = "{python}"  # in an agent's argv: the agent fills in its own Python
 
 
+def run_name(*, run: Run, scale: str = "") -> str:
+    """The name of the run's tracker run (W&B): the recipe, the scale, the run's id."""
+    return "-".join(part for part in (run.recipe_name, scale, f"run{run.pk}") if part)
+
+
+def run_output_root(*, run: Run) -> str:
+    """Where the run writes its outputs (checkpoints): the same on every attempt, so a
+    preempted run's next attempt resumes. Under ``RUNS_OUTPUT_ROOT`` when set (e.g. a
+    bucket), else beside the run's local working folders."""
+    if root := settings.RUNS_OUTPUT_ROOT:
+        return f"{root.rstrip('/')}/{run.recipe_name}/run-{run.pk}"
+    return str(Path(settings.RUNS_WORK_DIR) / f"run-{run.pk}" / "output")
+
+
+def run_values(
+    *, run: Run, python: str, env: dict[str, str], default_config: dict[str, Any] | None = None
+) -> RunValues:
+    entry = run.entry
+    return RunValues(
+        run_id=run.pk,
+        config=run.config,
+        default_config=default_config or {},
+        python=python,
+        config_path="config.json",
+        run_name=run_name(run=run, scale=entry.scale),
+        scale=entry.scale,
+        seed=entry.seed,
+        version=run.recipe_version,
+        attempt=run.attempt,
+        git_sha=run.git_sha,
+        output_root=run_output_root(run=run),
+        env=env,
+    )
+
+
 def run_command(
-    *, run: Run, python: str = sys.executable, template: str | None = None
-) -> list[str]:
-    """The run's argv, from its launch's command template (``template``: that template,
-    read already)."""
-    if template is None:
-        template = PlanLaunch.objects.get(plan_id=run.plan_id).command_template
+    *,
+    run: Run,
+    python: str = sys.executable,
+    template: str | None = None,
+    options: dict[str, Any] | None = None,
+    dry_run: bool = False,
+) -> Filled:
+    """The run's command filled (``runs.specs.commands``), from its launch's command and
+    launch options (``template`` and ``options``: those, read already): the argv to execute,
+    the argv to show and record (secrets as ``$NAME``), and the environment it adds."""
+    if template is None or options is None:
+        launch = PlanLaunch.objects.get(plan_id=run.plan_id)
+        template, options = launch.command_template, launch.launch_options
     try:
-        command = template.format(python=python, config_path="config.json", run_id=run.pk)
-        argv = shlex.split(command)
-    except (KeyError, IndexError, ValueError) as exc:
+        launch_options = Launch.from_data(options or {})
+        defaults: dict[str, Any] = {}
+        if launch_options.overrides != "config_file":
+            snapshot = Plan.objects.values_list("recipe_snapshot", flat=True).get(pk=run.plan_id)
+            defaults = dict(snapshot.get("default_config") or {})
+        values = run_values(
+            run=run, python=python, env=run_job_env(run=run), default_config=defaults
+        )
+        return command_fill(
+            template=template, launch=launch_options, values=values, dry_run=dry_run
+        )
+    except CommandError as exc:
         raise DomainError(f"The recipe's command template cannot be filled: {exc}") from exc
-    if not argv:
-        raise DomainError("The recipe's command template is empty.")
-    return argv
 
 
 def run_job_env(*, run: Run) -> dict[str, str]:
@@ -314,6 +364,8 @@ def run_job_env(*, run: Run) -> dict[str, str]:
         "RUN_ATTEMPT": str(run.attempt),
         "RUN_GIT_SHA": run.git_sha,
         "RUN_GIT_REF": run.git_sha,
+        "RUN_NAME": run_name(run=run, scale=run.entry.scale),
+        "RUN_OUTPUT_ROOT": run_output_root(run=run),
         # A stock MLflow client reports to this run unchanged (runs/mlflow/).
         "MLFLOW_TRACKING_URI": settings.RUNS_MLFLOW_TRACKING_URI,
         "MLFLOW_TRACKING_TOKEN": token,
@@ -325,16 +377,49 @@ def run_config_file(*, run: Run) -> str:
     return json.dumps(run.config, indent=2, sort_keys=True)
 
 
-def run_job_spec(*, run: Run) -> JobSpec:
+def run_job_spec(*, run: Run, code_dir: Path | None = None) -> JobSpec:
     secrets = {name: value for name in settings.RUNS_SECRET_ENV if (value := _env(name))}
+    filled = run_command(run=run)
     return JobSpec(
         job_id=f"run-{run.pk}-attempt-{run.attempt}",
-        argv=run_command(run=run),
+        argv=filled.argv,
         workdir=run_workdir(run=run),
-        env={**run_job_env(run=run), **secrets},
+        env={**run_job_env(run=run), **filled.env, **secrets},
         files={"config.json": run_config_file(run=run)},
         time_limit_seconds=run.time_limit_seconds,
+        code_dir=code_dir,
     )
+
+
+def run_checkout(*, run: Run) -> Checkout | None:
+    """The clean checkout of the run's pinned commit, made (or found) before its job is
+    submitted, with the full SHA and the tree's cleanness recorded on the run; None when the
+    launch pinned no commit of a repository. A commit that does not exist fails the run with
+    that reason (CodeError raised); any other problem (the repository unreachable) is
+    raised as an ExecutorError, so the reconciler tries again."""
+    repository = (
+        PlanLaunch.objects.filter(plan_id=run.plan_id)
+        .values_list("git_repository", flat=True)
+        .first()
+    )
+    if not repository or not run.git_sha:
+        return None
+    try:
+        checkout = checkout_materialize(repository=repository, ref=run.git_sha)
+    except CodeError as exc:
+        if "does not exist" in str(exc) or "is not a git ref" in str(exc):
+            run_transition(
+                run_id=run.pk,
+                to_state=RunState.FAILED,
+                failure_kind=FailureKind.CONFIG,
+                door=Door.WORKER,
+                message=f"{exc}; nothing was submitted",
+            )
+            raise
+        raise ExecutorError(str(exc)) from exc
+    Run.objects.filter(pk=run.pk).update(git_sha=checkout.sha, git_clean=checkout.clean)
+    run.git_sha, run.git_clean = checkout.sha, checkout.clean
+    return checkout
 
 
 def _env(name: str) -> str:
@@ -348,7 +433,7 @@ def run_start(*, run_id: int) -> Run | None:
         if run.state != RunState.QUEUED or run.cancel_requested_at is not None:
             return None
         try:
-            command = run_command(run=run)
+            command = run_command(run=run).shown
         except DomainError as exc:
             return run_transition(
                 run_id=run_id,
@@ -399,7 +484,11 @@ def run_submit(*, run_id: int) -> str:
         return ""  # canceled before its job started: the reconciler marks it killed
     executor = get_executor(run.executor)
     try:
-        external_id = executor.submit(run_job_spec(run=run))
+        checkout = run_checkout(run=run)
+        spec = run_job_spec(run=run, code_dir=checkout.path if checkout else None)
+        external_id = executor.submit(spec)
+    except CodeError:
+        return ""  # the run failed, saying which commit does not exist
     except ExecutorError as exc:
         logger.warning("submitting run %s failed: %s", run_id, exc)
         return ""

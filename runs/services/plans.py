@@ -127,11 +127,13 @@ def plan_launch(
             defaults={
                 "criteria": criteria or {},
                 "command_template": recipe.command_template,
+                "launch_options": dict(recipe.launch or {}),
                 "executor": target,
                 "max_concurrent_runs": max_concurrent_runs,
                 "time_limit_seconds": recipe.time_limit_seconds,
                 "requires_labels": list(recipe.requires_labels or []),
                 "git_ref": git_ref.strip()[:255],
+                "git_repository": settings.RUNS_CODE_REPOSITORY if git_ref.strip() else "",
             },
         )
         if created:

@@ -41,7 +41,7 @@ def run_reconcile(*, run_id: int) -> Run | None:
         return run_reconcile_leased(run_id=run_id)
     try:
         executor = get_executor(run.executor)
-    except ExecutorError:  # no executor this site knows runs it: its heartbeat is the truth
+    except ExecutorError as exc:  # nothing this site knows runs it: it cannot be followed
         if run.cancel_requested_at is not None:
             return run_transition(
                 run_id=run_id,
@@ -49,7 +49,13 @@ def run_reconcile(*, run_id: int) -> Run | None:
                 door=Door.WORKER,
                 message="canceled; no executor of this site ran it",
             )
-        return _crash_if_stale(run, executor_cancel=None)
+        return run_transition(
+            run_id=run_id,
+            to_state=RunState.CRASHED,
+            failure_kind=FailureKind.INFRA,
+            door=Door.WORKER,
+            message=f"no executor of this site runs it: {exc}",
+        )
     if not run.external_id:
         if run.cancel_requested_at is not None:
             return run_transition(
