@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
 import tarfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,38 +18,8 @@ from runs.executors.local import LocalExecutor
 from runs.models import PlanLaunch, Run, RunState
 from runs.services import dispatch as dispatching
 from runs.services import reconcile
+from tests.runs.git_helpers import git, repo_fixture  # noqa: F401  (the repo fixture)
 from tests.runs.runs_helpers import launched_plan, wait_for
-
-
-def git(*args: str, cwd: Path) -> str:
-    return subprocess.run(  # noqa: S603
-        ["git", "-c", "user.name=t", "-c", "user.email=t@example.org", *args],  # noqa: S607
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-
-
-@pytest.fixture
-def repo(tmp_path: Path) -> Path:
-    """A repository with two commits of a module ``pinned_job`` that says which it is."""
-    path = tmp_path / "repo"
-    (path / "pinned_job").mkdir(parents=True)
-    git("init", "--quiet", "--initial-branch=main", cwd=path)
-    module = path / "pinned_job" / "__main__.py"
-    module.write_text(
-        "import json, pathlib\n"
-        "pathlib.Path('which.json').write_text(json.dumps({'version': 'first'}))\n"
-    )
-    git("add", ".", cwd=path)
-    git("commit", "--quiet", "-m", "first", cwd=path)
-    module.write_text(
-        "import json, pathlib\n"
-        "pathlib.Path('which.json').write_text(json.dumps({'version': 'second'}))\n"
-    )
-    git("commit", "--quiet", "-am", "second", cwd=path)
-    return path
 
 
 @pytest.fixture(autouse=True)
