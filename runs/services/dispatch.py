@@ -8,6 +8,7 @@ twice, or after a lost message, and leaves the same rows behind.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -215,19 +216,36 @@ def runs_dispatch() -> list[int]:
             if run.state_reason != reason:
                 waiting.setdefault(reason, []).append(run.pk)
             continue
-        if is_pull_executor(run.executor):
-            to_offer.append(run)  # offered in bulk below: agents lease them
-        elif run_start(run_id=run.pk) is not None:
-            started.append(run.pk)
-        else:
+        begun, held, hours = _run_begin(run, launch, to_offer)
+        if not held:
             continue
-        capacity.executor_running[run.executor] = capacity.executor_running.get(run.executor, 0) + 1
-        capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + 1
-        capacity.plan_spent[run.plan_id] = spent + run.accelerator_hours
+        started += begun  # a plan's runs trained by one job all began: the others find none
+        capacity.executor_running[run.executor] = (
+            capacity.executor_running.get(run.executor, 0) + held
+        )
+        capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + held
+        capacity.plan_spent[run.plan_id] = spent + hours
     started += _runs_offer(to_offer)
     for reason, run_ids in waiting.items():
         Run.objects.filter(pk__in=run_ids, state=RunState.QUEUED).update(state_reason=reason)
     return started
+
+
+def _run_begin(run: Run, launch: PlanLaunch, to_offer: list[Run]) -> tuple[list[int], int, float]:
+    """Start a run the limits let start (or, for a pool, put it in ``to_offer``); with
+    ``launch.trainings: plan``, every queued run of its plan as one job. Says which runs
+    started, how many slots they hold and their accelerator-hours (0 slots: none began)."""
+    together = (launch.launch_options or {}).get("trainings") == "plan"
+    if together and not is_pull_executor(run.executor):
+        group = runs_start_together(plan_id=run.plan_id)
+        hours = sum(Run.objects.filter(pk__in=group).values_list("accelerator_hours", flat=True))
+        return group, len(group), float(hours)
+    if is_pull_executor(run.executor):
+        to_offer.append(run)  # offered in bulk by the caller: agents lease them
+        return [], 1, run.accelerator_hours
+    if run_start(run_id=run.pk) is not None:
+        return [run.pk], 1, run.accelerator_hours
+    return [], 0, 0.0
 
 
 def _runs_offer(runs: list[Run]) -> list[int]:
@@ -426,8 +444,9 @@ def _env(name: str) -> str:
     return os.environ.get(name, "")
 
 
-def run_start(*, run_id: int) -> Run | None:
-    """Move a queued run to running and submit its job once the transaction commits."""
+def run_start(*, run_id: int, submit: bool = True) -> Run | None:
+    """Move a queued run to running and submit its job once the transaction commits
+    (``submit=False``: the caller submits it, with the others of its job)."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.state != RunState.QUEUED or run.cancel_requested_at is not None:
@@ -457,8 +476,66 @@ def run_start(*, run_id: int) -> Run | None:
                 "secret_env_names": [n for n in settings.RUNS_SECRET_ENV if _env(n)],
             },
         )
-        transaction.on_commit(lambda: run_submit(run_id=run_id), robust=True)
+        if submit:
+            transaction.on_commit(lambda: run_submit(run_id=run_id), robust=True)
         return run
+
+
+MANIFEST_FILE = "trainings.json"
+
+
+def runs_start_together(*, plan_id: int) -> list[int]:
+    """Start every queued run of a plan whose recipe trains them in one job
+    (``launch.trainings: plan``): each moves to running, and the first (the job's leader)
+    submits the one job after commit, with a manifest of them all (``run_manifest``)."""
+    ids = list(
+        Run.objects.select_for_update()
+        .filter(
+            plan_id=plan_id,
+            state=RunState.QUEUED,
+            cancel_requested_at__isnull=True,
+            dispatched_at__isnull=True,
+        )
+        .order_by("entry__index", "sequence")
+        .values_list("pk", flat=True)
+    )
+    started = []
+    for run_id in ids:
+        run = run_start(run_id=run_id, submit=False)
+        if run is not None and run.state == RunState.RUNNING:
+            started.append(run_id)
+    if started:
+        leader, members = started[0], started
+        transaction.on_commit(lambda: run_submit(run_id=leader, members=members), robust=True)
+    return started
+
+
+def run_manifest(*, runs: list[Run]) -> dict[str, Any]:
+    """The manifest of a job that trains several planned runs: for each, its own id, token
+    and tracker run name, so each training reports into its own run; and how a training
+    reports its end (a run that reports none takes the job's end)."""
+    return {
+        "version": 1,
+        "api_url": settings.RUNS_API_URL,
+        "report_end": (
+            "each training reports its own end: POST {api_url}runs/{run_id}/status/ with "
+            'Authorization: Bearer {token} and {"state": "finished"} (or "failed" with a '
+            "failure_kind); a run that reported none takes the job's end"
+        ),
+        "trainings": [
+            {
+                "run_id": run.pk,
+                "token": run_token(run=run),
+                "attempt": run.attempt,
+                "run_name": run_name(run=run, scale=run.entry.scale),
+                "scale": run.entry.scale,
+                "seed": run.entry.seed,
+                "output_root": run_output_root(run=run),
+                "config": run.config,
+            }
+            for run in runs
+        ],
+    }
 
 
 def _run_offer(run: Run) -> Run | None:
@@ -477,24 +554,50 @@ def _run_offer(run: Run) -> Run | None:
     return run
 
 
-def run_submit(*, run_id: int) -> str:
-    """Hand a running run's job to its executor; submitting twice starts one job."""
-    run = Run.objects.filter(pk=run_id, state=RunState.RUNNING).first()
+def run_submit(*, run_id: int, members: list[int] | None = None) -> str:
+    """Hand a running run's job to its executor; submitting twice starts one job. A job
+    that trains several runs (``members``, the run first among them) gets their manifest,
+    and each of them gets the job's external id, so each is settled from the job."""
+    run = Run.objects.filter(pk=run_id, state=RunState.RUNNING).select_related("entry").first()
     if run is None or run.cancel_requested_at is not None:
         return ""  # canceled before its job started: the reconciler marks it killed
     executor = get_executor(run.executor)
+    if members is None and (
+        PlanLaunch.objects.filter(plan_id=run.plan_id, launch_options__trainings="plan").exists()
+    ):  # resubmitted by the reconciler: the job still trains the runs it started with
+        members = list(
+            Run.objects.filter(
+                plan_id=run.plan_id, state=RunState.RUNNING, external_id=""
+            ).values_list("pk", flat=True)
+        )
+    together = list(
+        Run.objects.filter(pk__in=members or [run_id], state=RunState.RUNNING)
+        .select_related("entry")
+        .order_by("entry__index", "sequence")
+    )
     try:
         checkout = run_checkout(run=run)
         spec = run_job_spec(run=run, code_dir=checkout.path if checkout else None)
+        if members:
+            manifest = json.dumps(run_manifest(runs=together), indent=2, sort_keys=True)
+            spec = dataclasses.replace(
+                spec,
+                files={**spec.files, MANIFEST_FILE: manifest},
+                env={**spec.env, "RUN_MANIFEST": MANIFEST_FILE},
+            )
         external_id = executor.submit(spec)
     except CodeError:
         return ""  # the run failed, saying which commit does not exist
     except ExecutorError as exc:
         logger.warning("submitting run %s failed: %s", run_id, exc)
         return ""
-    if not Run.objects.filter(
-        pk=run_id, state=RunState.RUNNING, cancel_requested_at__isnull=True
-    ).update(external_id=external_id):
+    ids = [r.pk for r in together] if members else [run_id]
+    updated = Run.objects.filter(
+        pk__in=ids, state=RunState.RUNNING, cancel_requested_at__isnull=True
+    ).update(external_id=external_id)
+    if members and checkout is not None:
+        Run.objects.filter(pk__in=ids).update(git_sha=checkout.sha, git_clean=checkout.clean)
+    if not updated:
         try:  # canceled (or ended) while its job was being submitted: stop the job
             executor.cancel(external_id)
         except ExecutorError as exc:
