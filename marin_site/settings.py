@@ -269,6 +269,8 @@ RUNS_WORK_DIR = Path(os.environ.get("RUNS_WORK_DIR", VAR_DIR / "runs"))
 RUNS_OUTPUT_ROOT = os.environ.get("RUNS_OUTPUT_ROOT", "")
 # The repository whose commits approvals pin; jobs run from a clean checkout of it.
 RUNS_CODE_REPOSITORY = os.environ.get("RUNS_CODE_REPOSITORY", "")
+RUNS_DRY_RUN_EXECUTOR = os.environ.get("RUNS_DRY_RUN_EXECUTOR", "local")
+RUNS_DRY_RUN_TIME_LIMIT_SECONDS = int(os.environ.get("RUNS_DRY_RUN_TIME_LIMIT_SECONDS", "900"))
 RUNS_CODE_DIR = Path(os.environ.get("RUNS_CODE_DIR", VAR_DIR / "code"))
 RUNS_API_URL = os.environ.get("RUNS_API_URL", f"{SITE_URL}/api/v1/")
 RUNS_SECRET_ENV = env_list("RUNS_SECRET_ENV", "WANDB_API_KEY")

@@ -114,6 +114,7 @@ class ReasonForm(forms.Form):
     )
     git_ref = forms.CharField(required=False, max_length=255)
     executor = forms.CharField(required=False, max_length=100)
+    dry_run_override = forms.CharField(required=False, max_length=2000)
 
 
 class ReviewForm(forms.ModelForm):

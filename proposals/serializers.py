@@ -243,6 +243,13 @@ class TransitionSerializer(serializers.Serializer):
         default="",
         help_text="approve: where the runs go (local, ray, pool:<name>...); blank: the recipe's",
     )
+    dry_run_override = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=2000,
+        default="",
+        help_text="approve: why approve although the latest dry run failed (recorded)",
+    )
 
 
 class OutcomeSerializer(serializers.Serializer):

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from marin_site.doors import Door
-from marin_site.errors import DomainError
+from marin_site.errors import DomainError, TransitionNotAllowed
 from marin_site.events import Verb, verb_label
 from marin_site.roles import permission_require
 from proposals import permissions as perms
@@ -39,6 +39,8 @@ from proposals.models import (
     State,
 )
 from runs import selectors as run_selectors
+from runs.models import DryRun, DryRunState
+from runs.services.dry_runs import dry_run_start
 from runs.services.plans import plan_build, plan_cancel, plan_freeze, plan_launch
 from runs.specs.ablation import Plan as PlanPreview
 
@@ -274,6 +276,7 @@ def proposal_transition(
     reason: str = "",
     git_ref: str = "",
     executor: str = "",
+    dry_run_override: str = "",
     actor_label: str = "",
 ) -> Proposal:
     """The one way a proposal changes state: lock, check, change, record.
@@ -305,6 +308,7 @@ def proposal_transition(
         proposal.submitted_at = now
         update_fields.append("submitted_at")
     elif action == "approve":
+        _dry_run_gate(proposal=proposal, actor=actor, door=door, reason=dry_run_override)
         proposal.plan = plan_freeze(
             recipe=proposal.recipe,
             baseline=proposal.baseline or {},
@@ -353,6 +357,64 @@ def proposal_transition(
         f"({source} -> {transition.target})." + (f"\n\n{reason}" if reason else ""),
     )
     return proposal
+
+
+def dry_run_subject(proposal: Proposal) -> str:
+    return f"proposal-{proposal.pk}"
+
+
+def proposal_dry_run(*, proposal_id: int, actor: Actor | None, door: str = Door.WEB) -> DryRun:
+    """Start the recipe script's dry run of the plan approval would launch (its baseline
+    run's config), as a CPU job; a maintainer's action (the approve permission)."""
+    proposal = Proposal.objects.select_related("recipe").get(pk=proposal_id)
+    permission_require(actor, perms.APPROVE, proposal, "start a dry run")
+    if proposal.state not in (State.SUBMITTED, State.CHANGES_REQUESTED):
+        raise TransitionNotAllowed(
+            action="start a dry run",
+            current=proposal.state,
+            allowed=[State.SUBMITTED, State.CHANGES_REQUESTED],
+        )
+    plan = proposal_plan(proposal=proposal)
+    config = plan.points[0].config if plan.points else dict(proposal.recipe.default_config)
+    with transaction.atomic():
+        dry_run = dry_run_start(
+            recipe=proposal.recipe, config=config, subject=dry_run_subject(proposal), actor=actor
+        )
+        event_record(
+            proposal=proposal,
+            actor=actor,
+            verb=Verb.DRY_RUN_STARTED,
+            door=door,
+            message=f"dry run {dry_run.pk}: {dry_run.command}"[:2000],
+        )
+    return dry_run
+
+
+def _dry_run_gate(*, proposal: Proposal, actor: Actor | None, door: str, reason: str) -> None:
+    """A failed latest dry run blocks approval unless a maintainer overrides it with a
+    reason, recorded on the timeline."""
+    latest = DryRun.objects.filter(subject=dry_run_subject(proposal)).order_by("-pk").first()
+    if latest is None or latest.state != DryRunState.FAILED:
+        return
+    reason = reason.strip()
+    if not reason:
+        raise ValidationError(
+            {
+                "dry_run_override": [
+                    f"The latest dry run ({latest.pk}) failed: {latest.reason or 'see its output'}. "
+                    "Approve over it only with a reason (dry_run_override)."
+                ]
+            }
+        )
+    if len(reason) > 2000:
+        raise ValidationError({"dry_run_override": ["A reason is at most 2,000 characters."]})
+    event_record(
+        proposal=proposal,
+        actor=actor,
+        verb=Verb.DRY_RUN_OVERRIDDEN,
+        door=door,
+        message=f"dry run {latest.pk} failed; approved over it: {reason}",
+    )
 
 
 def proposal_plans_reconcile() -> dict[str, int]:

@@ -581,3 +581,46 @@ class RecipeEvent(TimelineEvent):
 from runs.alerts.models import Alert, AlertRule, AlertWatch  # noqa: E402, F401
 from runs.campaigns.models import Campaign, CampaignRun, Intervention  # noqa: E402, F401
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401
+
+
+class DryRunState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class DryRun(models.Model):
+    """A recipe script run in its plan-only mode (``launch.dry_run``) on a CPU, before
+    approval: its output (the steps, FLOPs and cost it says it would spend) sits beside the
+    site's own estimate. ``subject`` names what it was asked for (``proposal-12``), as runs
+    never read proposals."""
+
+    recipe = models.ForeignKey(Recipe, on_delete=models.PROTECT, related_name="dry_runs")
+    subject = models.CharField(max_length=100, db_index=True)
+    config = models.JSONField(default=dict)
+    command = models.TextField(blank=True)
+    executor = models.CharField(max_length=EXECUTOR_NAME_MAX, default="local")
+    external_id = models.CharField(max_length=255, blank=True)
+    state = models.CharField(max_length=16, choices=DryRunState.choices, default=DryRunState.QUEUED)
+    reason = models.TextField(blank=True)
+    output = models.TextField(blank=True)
+    figures = models.JSONField(
+        default=dict, blank=True, help_text="What the script said it would run: steps, flops, cost."
+    )
+    estimate = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The site's own estimate then: flops, accelerator_hours.",
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"dry run {self.pk} of {self.subject} ({self.state})"

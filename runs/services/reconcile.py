@@ -20,6 +20,7 @@ from runs.models import FailureKind, PlanLaunch, Run, RunState
 from runs.pools.leases import run_reconcile_leased
 from runs.results.summary import plan_check_finished
 from runs.services.dispatch import plan_expand, run_submit, runs_dispatch
+from runs.services.dry_runs import dry_runs_settle
 from runs.services.runs import run_transition
 from runs.signals import reconcile_pass
 
@@ -223,6 +224,7 @@ def runs_reconcile() -> dict[str, int]:
             continue
         settled += int(run is not None and run.is_terminal)
     started = runs_dispatch()
+    dry_runs_settle()
     finished = 0
     for plan_id in PlanLaunch.objects.filter(
         finished_at__isnull=True, expanded_at__isnull=False

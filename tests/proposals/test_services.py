@@ -614,3 +614,59 @@ def test_a_refused_comment_records_nothing(proposal: Proposal) -> None:
     with pytest.raises(ActionForbidden):
         services.comment_create(proposal_id=proposal.pk, author=AnonymousUser(), body="hi")
     assert not proposal.events.exists()
+
+
+# --- the dry run before approval -------------------------------------------------------
+
+
+def _failed_dry_run(proposal: Proposal) -> Any:
+    from runs.models import DryRun
+
+    return DryRun.objects.create(
+        recipe=proposal.recipe,
+        subject=services.dry_run_subject(proposal),
+        state="failed",
+        reason="exit code 3",
+    )
+
+
+def test_a_failed_dry_run_blocks_approval_without_a_reason(
+    contributor: Any, recipe: Any, maintainer: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    _failed_dry_run(proposal)
+    with pytest.raises(ValidationError) as refused:
+        services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    assert "dry_run_override" in refused.value.message_dict
+    assert "exit code 3" in refused.value.message_dict["dry_run_override"][0]
+    assert Proposal.objects.get(pk=proposal.pk).state == State.SUBMITTED
+
+
+def test_a_maintainer_approves_over_a_failed_dry_run_with_a_reason_on_the_timeline(
+    contributor: Any, recipe: Any, maintainer: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    dry_run = _failed_dry_run(proposal)
+    approved = services.proposal_transition(
+        proposal_id=proposal.pk,
+        action="approve",
+        actor=maintainer,
+        dry_run_override="the eval data is mounted on the cluster only",
+    )
+    assert approved.state == State.APPROVED
+    event = Event.objects.get(proposal=proposal, verb="dry_run_overridden")
+    assert event.actor == maintainer
+    assert f"dry run {dry_run.pk} failed" in event.message
+    assert "mounted on the cluster only" in event.message
+
+
+def test_only_a_maintainer_starts_a_dry_run(
+    contributor: Any, recipe: Any, maintainer: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_dry_run(proposal_id=proposal.pk, actor=contributor)
+    with django_capture_on_commit_callbacks(execute=False):
+        dry_run = services.proposal_dry_run(proposal_id=proposal.pk, actor=maintainer)
+    assert dry_run.subject == f"proposal-{proposal.pk}"
+    assert Event.objects.filter(proposal=proposal, verb="dry_run_started").exists()
