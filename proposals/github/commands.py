@@ -133,13 +133,8 @@ def _options(command: Command) -> tuple[dict[str, str], str]:
         key, sep, value = word.partition("=")
         if sep and key.isidentifier():
             if key not in APPROVE_OPTIONS:
-                raise ValidationError(
-                    {
-                        key[:40]: [
-                            f"is no option of /approve (they are: {', '.join(APPROVE_OPTIONS)})"
-                        ]
-                    }
-                )
+                known = ", ".join(APPROVE_OPTIONS)
+                raise DomainError(f"{key[:40]}: is no option of /approve (they are: {known})")
             options[key] = value
         else:
             rest.append(word)
