@@ -258,6 +258,15 @@ RUNS_EXECUTOR_MAX_CONCURRENT = {
     "local": int(os.environ.get("RUNS_LOCAL_MAX_CONCURRENT", "2")),
     "ray": int(os.environ.get("RUNS_RAY_MAX_CONCURRENT", "8")),
 }
+# Who may launch on an executor: "iris=alice,bob;ray=carol" (usernames); an executor not
+# named here takes any maintainer's approval. A pool keeps its own list (Pool.launchers).
+RUNS_EXECUTOR_LAUNCHERS: dict[str, list[str]] = {
+    executor.strip(): [name.strip() for name in names.split(",") if name.strip()]
+    for executor, _, names in (
+        part.partition("=") for part in os.environ.get("RUNS_EXECUTOR_LAUNCHERS", "").split(";")
+    )
+    if executor.strip()
+}
 RUNS_PLAN_MAX_CONCURRENT = int(os.environ.get("RUNS_PLAN_MAX_CONCURRENT", "4"))
 RUNS_MAX_ATTEMPTS = int(os.environ.get("RUNS_MAX_ATTEMPTS", "3"))
 RUNS_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("RUNS_HEARTBEAT_TIMEOUT_SECONDS", "300"))

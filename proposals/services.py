@@ -326,6 +326,7 @@ def proposal_transition(
             criteria=dict(proposal.criteria),
             git_ref=proposal.git_ref,
             executor=executor.strip(),
+            actor=actor if isinstance(actor, User | AnonymousUser) else None,
         )
     elif action in {"cancel", "withdraw"} and proposal.plan_id is not None:
         # Set-based and in this transaction: the proposal and its plan stop together.

@@ -670,3 +670,42 @@ def test_only_a_maintainer_starts_a_dry_run(
         dry_run = services.proposal_dry_run(proposal_id=proposal.pk, actor=maintainer)
     assert dry_run.subject == f"proposal-{proposal.pk}"
     assert Event.objects.filter(proposal=proposal, verb="dry_run_started").exists()
+
+
+# --- who may launch where -------------------------------------------------------------
+
+
+def test_the_approving_maintainer_chooses_the_executor_within_its_allow_list(
+    contributor: Any, recipe: Any, maintainer: Any, settings: Any
+) -> None:
+    settings.RUNS_EXECUTOR_LAUNCHERS = {"ray": ["alice"]}
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ValidationError) as refused:
+        services.proposal_transition(
+            proposal_id=proposal.pk, action="approve", actor=maintainer, executor="ray"
+        )
+    assert refused.value.message_dict["executor"] == [
+        "max may not launch on 'ray' (who may: alice)"
+    ]
+    assert Proposal.objects.get(pk=proposal.pk).state == State.SUBMITTED
+    alice = UserFactory.create(username="alice", roles=["maintainer"])
+    approved = services.proposal_transition(
+        proposal_id=proposal.pk, action="approve", actor=alice, executor="ray"
+    )
+    assert PlanLaunch.objects.get(plan_id=approved.plan_id).executor == "ray"
+
+
+def test_a_pool_launches_only_for_its_launchers(
+    contributor: Any, recipe: Any, maintainer: Any
+) -> None:
+    from tests.runs.pools.pool_helpers import make_pool
+
+    pool = make_pool(maintainer, labels=[], launchers=["olga"])
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ValidationError) as refused:
+        services.proposal_transition(
+            proposal_id=proposal.pk, action="approve", actor=maintainer, executor=pool.executor
+        )
+    assert (
+        "may not launch on 'pool:gpu' (who may: olga)" in refused.value.message_dict["executor"][0]
+    )
