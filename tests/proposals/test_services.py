@@ -692,7 +692,7 @@ def test_the_approving_maintainer_chooses_the_executor_within_its_allow_list(
     approved = services.proposal_transition(
         proposal_id=proposal.pk, action="approve", actor=alice, executor="ray"
     )
-    assert PlanLaunch.objects.get(plan_id=approved.plan_id).executor == "ray"
+    assert PlanLaunch.objects.get(plan__proposal=approved).executor == "ray"
 
 
 def test_a_pool_launches_only_for_its_launchers(
