@@ -8,6 +8,7 @@ from runs.alerts.api import AlertRuleViewSet, AlertViewSet
 from runs.api import PlanPreviewView, RecipeViewSet, RunViewSet
 from runs.campaigns.api import CampaignViewSet
 from runs.pools.api import (
+    AgentLeaseCodeView,
     AgentLeaseRenewView,
     AgentLeaseReportView,
     AgentPollView,
@@ -66,6 +67,7 @@ urlpatterns = [
     path(
         "agent/leases/<int:lease_id>/report/", AgentLeaseReportView.as_view(), name="agent-report"
     ),
+    path("agent/leases/<int:lease_id>/code/", AgentLeaseCodeView.as_view(), name="agent-code"),
     path("agents/<int:agent_id>/revoke/", AgentRevokeView.as_view(), name="agent-revoke"),
     *router.urls,
 ]

@@ -33,6 +33,8 @@ class Verb(models.TextChoices):
     SUBMITTED = "submitted", "submitted"
     CHANGES_REQUESTED = "changes_requested", "requested changes"
     APPROVED = "approved", "approved"
+    DRY_RUN_STARTED = "dry_run_started", "started a dry run"
+    DRY_RUN_OVERRIDDEN = "dry_run_overridden", "approved over a failed dry run"
     REJECTED = "rejected", "rejected"
     WITHDRAWN = "withdrawn", "withdrew"
     CANCELED = "canceled", "canceled"

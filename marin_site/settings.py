@@ -259,6 +259,15 @@ RUNS_EXECUTOR_MAX_CONCURRENT = {
     "local": int(os.environ.get("RUNS_LOCAL_MAX_CONCURRENT", "2")),
     "ray": int(os.environ.get("RUNS_RAY_MAX_CONCURRENT", "8")),
 }
+# Who may launch on an executor: "iris=alice,bob;ray=carol" (usernames); an executor not
+# named here takes any maintainer's approval. A pool keeps its own list (Pool.launchers).
+RUNS_EXECUTOR_LAUNCHERS: dict[str, list[str]] = {
+    executor.strip(): [name.strip() for name in names.split(",") if name.strip()]
+    for executor, _, names in (
+        part.partition("=") for part in os.environ.get("RUNS_EXECUTOR_LAUNCHERS", "").split(";")
+    )
+    if executor.strip()
+}
 RUNS_PLAN_MAX_CONCURRENT = int(os.environ.get("RUNS_PLAN_MAX_CONCURRENT", "4"))
 RUNS_MAX_ATTEMPTS = int(os.environ.get("RUNS_MAX_ATTEMPTS", "3"))
 RUNS_HEARTBEAT_TIMEOUT_SECONDS = int(os.environ.get("RUNS_HEARTBEAT_TIMEOUT_SECONDS", "300"))
@@ -267,6 +276,12 @@ RUNS_TIME_LIMIT_SECONDS = int(os.environ.get("RUNS_TIME_LIMIT_SECONDS", "3600"))
 RUNS_TOKEN_GRACE_SECONDS = int(os.environ.get("RUNS_TOKEN_GRACE_SECONDS", str(24 * 3600)))
 RUNS_LOCAL_GRACE_SECONDS = float(os.environ.get("RUNS_LOCAL_GRACE_SECONDS", "10"))
 RUNS_WORK_DIR = Path(os.environ.get("RUNS_WORK_DIR", VAR_DIR / "runs"))
+RUNS_OUTPUT_ROOT = os.environ.get("RUNS_OUTPUT_ROOT", "")
+# The repository whose commits approvals pin; jobs run from a clean checkout of it.
+RUNS_CODE_REPOSITORY = os.environ.get("RUNS_CODE_REPOSITORY", "")
+RUNS_DRY_RUN_EXECUTOR = os.environ.get("RUNS_DRY_RUN_EXECUTOR", "local")
+RUNS_DRY_RUN_TIME_LIMIT_SECONDS = int(os.environ.get("RUNS_DRY_RUN_TIME_LIMIT_SECONDS", "900"))
+RUNS_CODE_DIR = Path(os.environ.get("RUNS_CODE_DIR", VAR_DIR / "code"))
 RUNS_API_URL = os.environ.get("RUNS_API_URL", f"{SITE_URL}/api/v1/")
 RUNS_SECRET_ENV = env_list("RUNS_SECRET_ENV", "WANDB_API_KEY")
 RUNS_METRICS_MAX_POINTS = int(os.environ.get("RUNS_METRICS_MAX_POINTS", "1000"))

@@ -33,6 +33,7 @@ from proposals.serializers import (
     TransitionSerializer,
     proposal_list_data,
 )
+from runs.models import DryRun
 from runs.serializers import PlanSerializer, plan_data
 
 
@@ -112,6 +113,8 @@ class ProposalViewSet(
             door=Door.API,
             reason=body.validated_data["reason"],
             git_ref=body.validated_data["git_ref"],
+            executor=body.validated_data["executor"],
+            dry_run_override=body.validated_data["dry_run_override"],
         )
         fresh = self.get_queryset().get(pk=proposal.pk)
         return Response(self.get_serializer(fresh).data)
@@ -198,6 +201,35 @@ class ProposalViewSet(
             reason=body.validated_data["reason"],
         )
         return Response(self.get_serializer(self.get_queryset().get(pk=proposal.pk)).data)
+
+    @extend_schema(request=None, responses=OpenApiTypes.OBJECT)
+    @action(detail=True, methods=["get", "post"], url_path="dry-runs")
+    def dry_runs(self, request: Request, pk: str | None = None) -> Response:
+        """``GET``: the proposal's dry runs, newest first, beside the site's estimate.
+        ``POST``: start one (maintainers): the recipe script in its plan-only mode."""
+        proposal = self.get_object()
+        if request.method == "POST":
+            services.proposal_dry_run(proposal_id=proposal.pk, actor=request.user, door=Door.API)
+        rows = DryRun.objects.filter(subject=services.dry_run_subject(proposal)).order_by("-pk")
+        return Response(
+            {
+                "dry_runs": [
+                    {
+                        "id": row.pk,
+                        "state": row.state,
+                        "command": row.command,
+                        "figures": row.figures,
+                        "estimate": row.estimate,
+                        "reason": row.reason,
+                        "output_tail": row.output[-4000:],
+                        "created_at": row.created_at.isoformat(),
+                        "finished_at": row.finished_at.isoformat() if row.finished_at else None,
+                    }
+                    for row in rows[:20]
+                ]
+            },
+            status=201 if request.method == "POST" else 200,
+        )
 
     @extend_schema(responses=TimelineEntrySerializer(many=True))
     @action(detail=True, methods=["get"])

@@ -114,6 +114,8 @@ class ReasonForm(PolicyForm):
         required=False, max_length=10_000, widget=forms.Textarea(attrs={"rows": 2})
     )
     git_ref = forms.CharField(required=False, max_length=255)
+    executor = forms.CharField(required=False, max_length=100)
+    dry_run_override = forms.CharField(required=False, max_length=2000)
 
 
 class ReviewForm(PolicyModelForm):

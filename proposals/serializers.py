@@ -238,6 +238,20 @@ FIELDS = ProposalSerializer.Meta.fields
 class TransitionSerializer(policy.Serializer):
     reason = serializers.CharField(required=False, allow_blank=True, max_length=10_000, default="")
     git_ref = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
+    executor = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=100,
+        default="",
+        help_text="approve: where the runs go (local, ray, pool:<name>...); blank: the recipe's",
+    )
+    dry_run_override = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=2000,
+        default="",
+        help_text="approve: why approve although the latest dry run failed (recorded)",
+    )
 
 
 class OutcomeSerializer(policy.Serializer):

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from marin_site.doors import Door
-from marin_site.errors import DomainError
+from marin_site.errors import DomainError, TransitionNotAllowed
 from marin_site.events import Verb, verb_label
 from marin_site.roles import permission_require
 from proposals import permissions as perms
@@ -40,6 +40,8 @@ from proposals.models import (
     State,
 )
 from runs import selectors as run_selectors
+from runs.models import DryRun, DryRunState
+from runs.services.dry_runs import dry_run_start
 from runs.services.plans import plan_build, plan_cancel, plan_freeze, plan_launch
 from runs.specs.ablation import Plan as PlanPreview
 from runs.verdicts.base import Refusal
@@ -300,13 +302,16 @@ def proposal_transition(
     door: str = Door.WEB,
     reason: str = "",
     git_ref: str = "",
+    executor: str = "",
+    dry_run_override: str = "",
     actor_label: str = "",
 ) -> Proposal:
     """The one way a proposal changes state: lock, check, change, record.
 
     Does nothing when the proposal is already in the target state; refuses a source state
     the action does not start from (naming the allowed ones) and an actor without the
-    action's permission.
+    action's permission. Approving launches the plan on ``executor`` when given (one the
+    recipe may go to: ``runs.services.plans.plan_launch`` checks it), else the recipe's.
     """
     transition = TRANSITIONS.get(action)
     if transition is None:
@@ -330,6 +335,7 @@ def proposal_transition(
         proposal.submitted_at = now
         update_fields.append("submitted_at")
     elif action == "approve":
+        _dry_run_gate(proposal=proposal, actor=actor, door=door, reason=dry_run_override)
         proposal.plan = plan_freeze(
             recipe=proposal.recipe,
             baseline=proposal.baseline or {},
@@ -343,7 +349,11 @@ def proposal_transition(
         # The launch row commits with the approval (its expansion is nudged after commit),
         # so an approved plan is never left without one.
         plan_launch(
-            plan_id=proposal.plan.pk, criteria=dict(proposal.criteria), git_ref=proposal.git_ref
+            plan_id=proposal.plan.pk,
+            criteria=dict(proposal.criteria),
+            git_ref=proposal.git_ref,
+            executor=executor.strip(),
+            actor=actor if isinstance(actor, User | AnonymousUser) else None,
         )
     elif action in {"cancel", "withdraw"} and proposal.plan_id is not None:
         # Set-based and in this transaction: the proposal and its plan stop together.
@@ -375,6 +385,64 @@ def proposal_transition(
         f"({source} -> {transition.target})." + (f"\n\n{reason}" if reason else ""),
     )
     return proposal
+
+
+def dry_run_subject(proposal: Proposal) -> str:
+    return f"proposal-{proposal.pk}"
+
+
+def proposal_dry_run(*, proposal_id: int, actor: Actor | None, door: str = Door.WEB) -> DryRun:
+    """Start the recipe script's dry run of the plan approval would launch (its baseline
+    run's config), as a CPU job; a maintainer's action (the approve permission)."""
+    proposal = Proposal.objects.select_related("recipe").get(pk=proposal_id)
+    permission_require(actor, perms.APPROVE, proposal, "start a dry run")
+    if proposal.state not in (State.SUBMITTED, State.CHANGES_REQUESTED):
+        raise TransitionNotAllowed(
+            action="start a dry run",
+            current=proposal.state,
+            allowed=[State.SUBMITTED, State.CHANGES_REQUESTED],
+        )
+    plan = proposal_plan(proposal=proposal)
+    config = plan.points[0].config if plan.points else dict(proposal.recipe.default_config)
+    with transaction.atomic():
+        dry_run = dry_run_start(
+            recipe=proposal.recipe, config=config, subject=dry_run_subject(proposal), actor=actor
+        )
+        event_record(
+            proposal=proposal,
+            actor=actor,
+            verb=Verb.DRY_RUN_STARTED,
+            door=door,
+            message=f"dry run {dry_run.pk}: {dry_run.command}"[:2000],
+        )
+    return dry_run
+
+
+def _dry_run_gate(*, proposal: Proposal, actor: Actor | None, door: str, reason: str) -> None:
+    """A failed latest dry run blocks approval unless a maintainer overrides it with a
+    reason, recorded on the timeline."""
+    latest = DryRun.objects.filter(subject=dry_run_subject(proposal)).order_by("-pk").first()
+    if latest is None or latest.state != DryRunState.FAILED:
+        return
+    reason = reason.strip()
+    if not reason:
+        raise ValidationError(
+            {
+                "dry_run_override": [
+                    f"The latest dry run ({latest.pk}) failed: {latest.reason or 'see its output'}. "
+                    "Approve over it only with a reason (dry_run_override)."
+                ]
+            }
+        )
+    if len(reason) > 2000:
+        raise ValidationError({"dry_run_override": ["A reason is at most 2,000 characters."]})
+    event_record(
+        proposal=proposal,
+        actor=actor,
+        verb=Verb.DRY_RUN_OVERRIDDEN,
+        door=door,
+        message=f"dry run {latest.pk} failed; approved over it: {reason}",
+    )
 
 
 def proposal_plans_reconcile() -> dict[str, int]:

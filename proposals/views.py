@@ -278,6 +278,8 @@ def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpRespo
             door=Door.WEB,
             reason=form.cleaned_data["reason"],
             git_ref=form.cleaned_data["git_ref"],
+            executor=form.cleaned_data["executor"],
+            dry_run_override=form.cleaned_data["dry_run_override"],
         )
     except (DomainError, ValidationError) as exc:
         return refusal(request, exc)

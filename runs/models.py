@@ -26,7 +26,18 @@ class Recipe(models.Model):
     description = models.TextField(blank=True, max_length=20_000)
     command_template = models.TextField(
         max_length=2_000,
-        help_text="The command a runner executes, e.g. 'python -m marin.train --config {config_path}'.",
+        help_text=(
+            "The command a runner executes, as arguments with placeholders (runs.specs.commands), "
+            "e.g. '{python} -m marin.train --config {config_path} --lr {config.learning_rate}'."
+        ),
+    )
+    launch = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "How runs are launched besides the command: overrides (config_file, flags or env), "
+            "flag_style, env_prefix, env, dry_run {append, drop}, trainings; see runs.specs.commands."
+        ),
     )
     default_config = models.JSONField(default=dict)
     parameter_schema = models.JSONField(
@@ -178,6 +189,9 @@ class PlanLaunch(models.Model):
     command_template = models.TextField(
         max_length=2_000, help_text="The recipe's command as it was at launch."
     )
+    launch_options = models.JSONField(
+        default=dict, blank=True, help_text="The recipe's launch options as they were at launch."
+    )
     time_limit_seconds = models.PositiveIntegerField(
         null=True, blank=True, help_text="The recipe's time limit as it was at launch."
     )
@@ -192,6 +206,14 @@ class PlanLaunch(models.Model):
         max_length=255,
         blank=True,
         help_text="The code version pinned at approval; every job gets it.",
+    )
+    git_repository = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text=(
+            "The repository of the pinned commit (RUNS_CODE_REPOSITORY at launch): jobs run "
+            "from a clean checkout of it at git_ref; blank: from the site's own tree."
+        ),
     )
     criteria = models.JSONField(default=dict, blank=True)
     max_concurrent_runs = models.PositiveIntegerField(null=True, blank=True)
@@ -267,7 +289,16 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="cached_by"
     )
     command = models.TextField(blank=True)
-    git_sha = models.CharField(max_length=255, blank=True, help_text="The pinned git ref.")
+    git_sha = models.CharField(
+        max_length=255,
+        blank=True,
+        help_text="The pinned git ref; the full SHA once its checkout was made.",
+    )
+    git_clean = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Whether the job ran from a clean checkout of git_sha (unknown: not checked).",
+    )
     executor = models.CharField(max_length=EXECUTOR_NAME_MAX, blank=True)
     external_id = models.CharField(max_length=255, blank=True)
     attempt = models.PositiveIntegerField(default=1)
@@ -582,3 +613,46 @@ class RecipeEvent(TimelineEvent):
 from runs.alerts.models import Alert, AlertRule, AlertWatch  # noqa: E402, F401
 from runs.campaigns.models import Campaign, CampaignRun, Intervention  # noqa: E402, F401
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401
+
+
+class DryRunState(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class DryRun(models.Model):
+    """A recipe script run in its plan-only mode (``launch.dry_run``) on a CPU, before
+    approval: its output (the steps, FLOPs and cost it says it would spend) sits beside the
+    site's own estimate. ``subject`` names what it was asked for (``proposal-12``), as runs
+    never read proposals."""
+
+    recipe = models.ForeignKey(Recipe, on_delete=models.PROTECT, related_name="dry_runs")
+    subject = models.CharField(max_length=100, db_index=True)
+    config = models.JSONField(default=dict)
+    command = models.TextField(blank=True)
+    executor = models.CharField(max_length=EXECUTOR_NAME_MAX, default="local")
+    external_id = models.CharField(max_length=255, blank=True)
+    state = models.CharField(max_length=16, choices=DryRunState.choices, default=DryRunState.QUEUED)
+    reason = models.TextField(blank=True)
+    output = models.TextField(blank=True)
+    figures = models.JSONField(
+        default=dict, blank=True, help_text="What the script said it would run: steps, flops, cost."
+    )
+    estimate = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="The site's own estimate then: flops, accelerator_hours.",
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"dry run {self.pk} of {self.subject} ({self.state})"

@@ -38,10 +38,14 @@ import json
 import logging
 import os
 import platform
+import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tarfile
+import tempfile
 import threading
 import time
 import urllib.error
@@ -116,6 +120,28 @@ class Site:
             return status, {}
         answer = json.loads(text)
         return status, answer if isinstance(answer, dict) else {}
+
+    def fetch(self, path: str, target: Path, *, timeout: float = 300.0) -> None:
+        """Save what ``path`` (an agent's door) answers to ``target``, with the credential;
+        LeaseOver on 409, SiteError on another refusal, OSError when the site is away."""
+        request = urllib.request.Request(  # noqa: S310  (the site the agent registered with)
+            f"{self.url}{path}",
+            headers={
+                "Authorization": f"Bearer {self.credential}",
+                "User-Agent": f"marin-site-agent/{VERSION}",
+            },
+        )
+        try:
+            with (
+                urllib.request.urlopen(request, timeout=timeout) as response,  # noqa: S310
+                target.open("wb") as out,
+            ):
+                shutil.copyfileobj(response, out)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read().decode(errors="replace")[:1000]
+            if exc.code == 409:
+                raise LeaseOver(detail) from exc
+            raise SiteError(f"{path} refused with {exc.code}: {detail}") from exc
 
     def download(self, path: str, target: Path) -> bool:
         try:
@@ -245,12 +271,23 @@ class Agent:
                 continue
             (workdir / name).write_text(content)
         self.site.download(f"/agent/{RUN_CLIENT_NAME}", workdir / RUN_CLIENT_NAME)
+        code_dir = ""
+        if (job.get("code") or {}).get("archive"):
+            try:
+                code_dir = str(self.code(job["code"]))
+            except LeaseOver as exc:
+                log.warning("lease %s: over before its code came: %s", lease_id, exc)
+                return
+            except (OSError, SiteError, tarfile.TarError) as exc:
+                message = f"could not fetch the pinned code: {exc}"[:1000]
+                self.report(lease_id, lease, {"outcome": "start_failed", "message": message})
+                return
         placeholder = job.get("python_placeholder", "{python}")
         argv = [sys.executable if part == placeholder else part for part in job["argv"]]
         env = dict(os.environ)
         env.update({k: str(v) for k, v in job.get("env", {}).items()})
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(workdir), os.environ.get("PYTHONPATH", "")) if p
+            p for p in (str(workdir), code_dir, os.environ.get("PYTHONPATH", "")) if p
         )
         env["PYTHONUNBUFFERED"] = "1"
         log.info(
@@ -298,6 +335,26 @@ class Agent:
             report["cgroup"] = cgroup
         log.info("lease %s: job ended (%s, return code %s)", lease_id, outcome, returncode)
         self.report(lease_id, lease, report)
+
+    def code(self, code: dict[str, Any]) -> Path:
+        """The pinned commit's source, fetched from the site once per commit and unpacked
+        under the work folder's ``code/<sha>``: the job imports its code from there."""
+        ref = re.sub(r"[^0-9A-Za-z._-]", "_", str(code.get("ref") or "unknown"))[:80]
+        target = self.work_dir / "code" / ref
+        if (target / ".complete").exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+            archive = Path(tmp) / "code.tar.gz"
+            self.site.fetch(str(code["archive"]), archive)
+            unpacked = Path(tmp) / "tree"
+            unpacked.mkdir()
+            with tarfile.open(archive, "r:gz") as tar:
+                _extract(tar, unpacked)
+            (unpacked / ".complete").write_text(str(code.get("ref") or ""))
+            shutil.rmtree(target, ignore_errors=True)
+            unpacked.rename(target)
+        return target
 
     def supervise(
         self,
@@ -395,6 +452,20 @@ class Agent:
 
 
 # --- the command line ----------------------------------------------------------------------
+
+
+def _extract(tar: tarfile.TarFile, into: Path) -> None:
+    """Unpack a source archive, refusing members that would land outside ``into`` (and
+    links and devices, where Python has no ``data`` filter yet)."""
+    if hasattr(tarfile, "data_filter"):
+        tar.extractall(into, filter="data")
+        return
+    root = into.resolve()
+    for member in tar.getmembers():
+        where = (into / member.name).resolve()
+        if not (member.isfile() or member.isdir()) or not str(where).startswith(str(root)):
+            raise tarfile.TarError(f"refused member {member.name!r}")
+    tar.extractall(into)  # noqa: S202  (every member checked above)
 
 
 def load_state(path: Path) -> dict[str, Any]:

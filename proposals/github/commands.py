@@ -121,6 +121,26 @@ def _spec(proposal: Proposal, user: User, spec_text: str) -> str:
     return f"{text}; {proposal_status_text(updated)}"
 
 
+APPROVE_OPTIONS = ("executor", "ref")
+
+
+def _options(command: Command) -> tuple[dict[str, str], str]:
+    """``/approve executor=pool:tpu ref=1a2b3c`` : the options (where the runs go, the git
+    ref pinned) and the rest as the reason; an unknown ``key=value`` is refused by name."""
+    options: dict[str, str] = {}
+    rest: list[str] = []
+    for word in command.argument.split():
+        key, sep, value = word.partition("=")
+        if sep and key.isidentifier():
+            if key not in APPROVE_OPTIONS:
+                known = ", ".join(APPROVE_OPTIONS)
+                raise DomainError(f"{key[:40]}: is no option of /approve (they are: {known})")
+            options[key] = value
+        else:
+            rest.append(word)
+    return options, " ".join(rest)
+
+
 def command_run(*, proposal_id: int, user: User, login: str, command: Command) -> str:
     """Run one command; return what happened, in a sentence. Refusals are answers too."""
     proposal = Proposal.objects.get(pk=proposal_id)
@@ -128,12 +148,15 @@ def command_run(*, proposal_id: int, user: User, login: str, command: Command) -
     try:
         with transaction.atomic():
             if command.name in TRANSITION_COMMANDS:
+                options, reason = _options(command) if command.name == "approve" else ({}, "")
                 updated = services.proposal_transition(
                     proposal_id=proposal_id,
                     action=TRANSITION_COMMANDS[command.name],
                     actor=user,
                     door=Door.GITHUB,
-                    reason=command.argument,
+                    reason=reason if command.name == "approve" else command.argument,
+                    git_ref=options.get("ref", ""),
+                    executor=options.get("executor", ""),
                     actor_label=label,
                 )
                 done = f"done; {proposal_status_text(updated)}."

@@ -176,6 +176,7 @@ def demo_campaign_seed(*, actor: Any, recipe: Recipe) -> Campaign | None:
                 recipe_version=first.recipe_version,
                 config=first.config,
                 config_hash=first.config_hash,
+                executor=first.executor,  # every run has a known executor, the demo's too
             )
         _write(run, start, stop, attempt)
         Run.objects.filter(pk=run.pk).update(

@@ -42,6 +42,9 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # written into workdir before start
     time_limit_seconds: int = 3600
+    # A clean checkout of the pinned commit to run from (``runs/executors/code.py``): the
+    # job imports its code from there (and a remote executor ships it); None: the site's tree.
+    code_dir: Path | None = None
 
 
 class Executor(Protocol):

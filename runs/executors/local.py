@@ -115,6 +115,7 @@ class LocalExecutor:
             "--grace",
             str(self.grace_seconds),
             "--detach",
+            *(["--child-pythonpath", str(job.code_dir)] if job.code_dir else []),
             "--",
             *job.argv,
         ]

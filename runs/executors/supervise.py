@@ -46,7 +46,9 @@ def stop_group(child: subprocess.Popen[bytes], grace_seconds: float) -> None:
     child.wait()
 
 
-def supervise(argv: list[str], workdir: Path, time_limit: float, grace: float) -> int:
+def supervise(
+    argv: list[str], workdir: Path, time_limit: float, grace: float, pythonpath: str = ""
+) -> int:
     canceled = False
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -60,6 +62,7 @@ def supervise(argv: list[str], workdir: Path, time_limit: float, grace: float) -
         child = subprocess.Popen(  # noqa: S603  (argv comes from the recipe's command template)
             argv,
             cwd=workdir,
+            env={**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -106,6 +109,9 @@ def main() -> int:
     parser.add_argument("--grace", type=float, default=10.0)
     parser.add_argument("argv", nargs=argparse.REMAINDER)
     parser.add_argument("--detach", action="store_true", help="fork, record the pid, return")
+    parser.add_argument(
+        "--child-pythonpath", default="", help="the job's PYTHONPATH: the pinned checkout"
+    )
     args = parser.parse_args()
     argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
     if args.detach:
@@ -116,7 +122,7 @@ def main() -> int:
             write_json_atomically(args.workdir / "supervisor.json", {"pid": pid})
             os._exit(0)
         os.setsid()
-    return supervise(argv, args.workdir, args.time_limit, args.grace)
+    return supervise(argv, args.workdir, args.time_limit, args.grace, args.child_pythonpath)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.http import FileResponse
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, viewsets
@@ -113,6 +114,19 @@ class AgentLeaseRenewView(AgentDoor):
             raise ValidationError({unknown[0][:64]: ["unknown field"]})
         return Response(
             leases.lease_renew(agent=agent, lease_id=lease_id, log_tail=data.get("log_tail"))
+        )
+
+
+class AgentLeaseCodeView(AgentDoor):
+    """``GET``: the gzipped tar of the leased run's pinned commit (``git archive``), for
+    the agent holding the lease, which runs the job from it."""
+
+    @extend_schema(responses={(200, "application/gzip"): OpenApiTypes.BINARY})
+    def get(self, request: Request, lease_id: int) -> Any:
+        agent = self.agent(request)
+        path = leases.lease_code(agent=agent, lease_id=lease_id)
+        return FileResponse(
+            path.open("rb"), content_type="application/gzip", filename=path.name, as_attachment=True
         )
 
 

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -181,23 +182,27 @@ def _offered_to(pool: Pool) -> Any:
     return runs
 
 
-def _launches(pool: Pool) -> dict[int, tuple[str, list[str]]]:
-    """The pool's live launches: plan id -> (command template, labels its runs require)."""
+def _launches(pool: Pool) -> dict[int, tuple[str, list[str], dict[str, Any]]]:
+    """The pool's live launches: plan id -> (command template, labels its runs require,
+    launch options)."""
     from runs.models import PlanLaunch
 
     launches = PlanLaunch.objects.filter(
         executor=pool.executor, canceled_at__isnull=True, finished_at__isnull=True
-    ).values_list("plan_id", "command_template", "requires_labels")
-    return {plan_id: (template, labels or []) for plan_id, template, labels in launches}
+    ).values_list("plan_id", "command_template", "requires_labels", "launch_options")
+    return {
+        plan_id: (template, labels or [], options or {})
+        for plan_id, template, labels, options in launches
+    }
 
 
 def _by_plans_barred(
-    *, pool: Pool, agents: list[Agent], launches: dict[int, tuple[str, list[str]]]
+    *, pool: Pool, agents: list[Agent], launches: dict[int, tuple[str, list[str], dict[str, Any]]]
 ) -> dict[frozenset[int], list[Agent]]:
     """The agents grouped by the plans whose runs they may not lease: plans launched with
     ``requires_labels`` that neither the pool's labels nor the agent's own include. Most
     pools make one group, barred from nothing."""
-    needs = {plan_id: set(labels) for plan_id, (_, labels) in launches.items() if labels}
+    needs = {plan_id: set(labels) for plan_id, (_, labels, _o) in launches.items() if labels}
     groups: dict[frozenset[int], list[Agent]] = {}
     for agent in agents:
         have = set(pool.labels or []) | set(agent.labels or [])
@@ -265,7 +270,8 @@ def leases_grant(
                 _offered_to(pool)
                 .exclude(plan_id__in=barred)
                 .exclude(pk__in=taken)
-                .select_for_update(skip_locked=True)
+                .select_related("entry")
+                .select_for_update(skip_locked=True, of=("self",))
                 .order_by("dispatched_at", "pk")[: len(group)]
             )
             pairs += zip(group, runs, strict=False)
@@ -279,8 +285,10 @@ def leases_grant(
         moves = []
         for lease in created:
             agent, run = by_id[lease.agent_id], lease.run
-            template = launches[run.plan_id][0] if run.plan_id in launches else None
-            argv = run_command(run=run, python=PYTHON_PLACEHOLDER, template=template)
+            template, _labels, options = launches.get(run.plan_id, (None, [], None))
+            argv = run_command(
+                run=run, python=PYTHON_PLACEHOLDER, template=template, options=options
+            ).shown
             moves.append(
                 Move(
                     run.pk,
@@ -378,9 +386,27 @@ def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
 def lease_offer(*, lease: Lease) -> dict[str, Any]:
     """What the agent needs to execute the leased run. Only this run's token; never the
     site's own secrets (the job inherits the agent's environment for its own)."""
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_config_file, run_job_env
+    from runs.models import PlanLaunch
+    from runs.services.dispatch import (
+        PYTHON_PLACEHOLDER,
+        run_command,
+        run_config_file,
+        run_job_env,
+    )
 
-    run = lease.run  # as lease_acquire left it: its command is the argv, joined
+    run = lease.run
+    launch = PlanLaunch.objects.only("command_template", "launch_options", "git_repository").get(
+        plan_id=run.plan_id
+    )
+    filled = run_command(
+        run=run,
+        python=PYTHON_PLACEHOLDER,
+        template=launch.command_template,
+        options=launch.launch_options,
+    )
+    code = {}
+    if launch.git_repository and run.git_sha:  # the agent runs the pinned commit's source
+        code = {"ref": run.git_sha, "archive": f"/api/v1/agent/leases/{lease.pk}/code/"}
     return {
         "lease": {
             "id": lease.pk,
@@ -401,13 +427,56 @@ def lease_offer(*, lease: Lease) -> dict[str, Any]:
             "url": f"{settings.SITE_URL}{run.get_absolute_url()}",
         },
         "job": {
-            "argv": shlex.split(run.command),
+            "argv": filled.argv,
             "python_placeholder": PYTHON_PLACEHOLDER,
-            "env": run_job_env(run=run),
+            "env": {**run_job_env(run=run), **filled.env},
             "files": {"config.json": run_config_file(run=run)},
             "grace_seconds": settings.RUNS_AGENT_GRACE_SECONDS,
+            "code": code,
         },
     }
+
+
+def lease_code(*, agent: Agent, lease_id: int) -> Path:
+    """The source archive of the leased run's pinned commit, for the agent holding the
+    lease (``git archive`` of the site's mirror, made once per commit). The run records the
+    full SHA and that its tree is clean (an archive of a commit is). A commit that does not
+    exist fails the run, and the agent is told its lease is over."""
+    from runs.executors.code import CodeError, archive_path, commit_resolve
+    from runs.models import PlanLaunch
+    from runs.services.runs import run_transition
+
+    with transaction.atomic():
+        lease = _lease_for(agent=agent, lease_id=lease_id)
+        run = lease.run
+    repository = (
+        PlanLaunch.objects.filter(plan_id=run.plan_id)
+        .values_list("git_repository", flat=True)
+        .first()
+    )
+    if not repository or not run.git_sha:
+        raise LeaseNotFound(f"The run of lease {lease_id} pins no commit: it runs no archive.")
+    try:
+        sha = commit_resolve(repository=repository, ref=run.git_sha)
+    except CodeError as exc:
+        if "does not exist" not in str(exc) and "is not a git ref" not in str(exc):
+            raise DomainError(f"The pinned code cannot be had now: {exc}") from exc
+        from marin_site.doors import Door
+
+        with transaction.atomic():
+            Lease.objects.filter(pk=lease_id, ended_at__isnull=True).update(
+                ended_at=timezone.now(), end_reason=LeaseEnd.SETTLED
+            )
+            run_transition(
+                run_id=run.pk,
+                to_state=RunState.FAILED,
+                failure_kind=FailureKind.CONFIG,
+                door=Door.AGENT,
+                message=f"{exc}; nothing was started",
+            )
+        raise LeaseGone(f"{exc}: the run failed and lease {lease_id} is over.") from exc
+    Run.objects.filter(pk=run.pk).update(git_sha=sha, git_clean=True)
+    return archive_path(repository=repository, sha=sha)
 
 
 def _lease_for(*, agent: Agent, lease_id: int) -> Lease:

@@ -28,6 +28,11 @@ class Pool(models.Model):
         default=list, blank=True, help_text="Names of the recipes it may run; empty: any recipe."
     )
     max_concurrent_runs = models.PositiveIntegerField(default=4)
+    launchers = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Usernames who may launch plans on it; empty: any maintainer who approves.",
+    )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_pools"
     )

@@ -34,7 +34,8 @@ TYPES: dict[str, tuple[type, ...]] = {
     "version": (str, int),  # `version: 2` reads as a number; it is stored as text
     "title": (str,),
     "description": (str,),
-    "command_template": (str,),
+    "command_template": (str, list),
+    "launch": (dict,),
     "default_config": (dict,),
     "parameter_schema": (dict,),
     "compute_model": (dict,),

@@ -85,7 +85,8 @@ def run_claim(*, run_id: int, actor: Actor, where: Any, door: str = Door.WEB) ->
             raise TransitionNotAllowed(
                 action="claim a run of a canceled plan", current="canceled", allowed=[]
             )
-        argv = run_command(run=run, python="python3")
+        filled = run_command(run=run, python="python3")
+        argv = filled.shown
         token = run_token(run=run)
         run = run_transition(
             run_id=run_id,
@@ -110,7 +111,7 @@ def run_claim(*, run_id: int, actor: Actor, where: Any, door: str = Door.WEB) ->
                 ),
             },
         )
-    env = run_job_env(run=run)
+    env = {**run_job_env(run=run), **filled.env}
     exports = " ".join(f"{name}={shlex.quote(value)}" for name, value in env.items() if value)
     return Claim(
         run=run,

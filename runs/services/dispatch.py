@@ -8,6 +8,7 @@ twice, or after a lost message, and leaves the same rows behind.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -34,10 +35,12 @@ from runs.executors import (
     is_pull_executor,
     pool_name,
 )
+from runs.executors.code import Checkout, CodeError, checkout_materialize
 from runs.executors.pool import PoolExecutor
 from runs.models import FailureKind, Plan, PlanLaunch, Run, RunEvent, RunState
 from runs.pools import wakeup
 from runs.services.runs import run_event_record, run_transition
+from runs.specs.commands import CommandError, Filled, Launch, RunValues, command_fill
 from runs.tokens import run_token, token_hash
 
 logger = logging.getLogger(__name__)
@@ -213,19 +216,36 @@ def runs_dispatch() -> list[int]:
             if run.state_reason != reason:
                 waiting.setdefault(reason, []).append(run.pk)
             continue
-        if is_pull_executor(run.executor):
-            to_offer.append(run)  # offered in bulk below: agents lease them
-        elif run_start(run_id=run.pk) is not None:
-            started.append(run.pk)
-        else:
+        begun, held, hours = _run_begin(run, launch, to_offer)
+        if not held:
             continue
-        capacity.executor_running[run.executor] = capacity.executor_running.get(run.executor, 0) + 1
-        capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + 1
-        capacity.plan_spent[run.plan_id] = spent + run.accelerator_hours
+        started += begun  # a plan's runs trained by one job all began: the others find none
+        capacity.executor_running[run.executor] = (
+            capacity.executor_running.get(run.executor, 0) + held
+        )
+        capacity.plan_running[run.plan_id] = capacity.plan_running.get(run.plan_id, 0) + held
+        capacity.plan_spent[run.plan_id] = spent + hours
     started += _runs_offer(to_offer)
     for reason, run_ids in waiting.items():
         Run.objects.filter(pk__in=run_ids, state=RunState.QUEUED).update(state_reason=reason)
     return started
+
+
+def _run_begin(run: Run, launch: PlanLaunch, to_offer: list[Run]) -> tuple[list[int], int, float]:
+    """Start a run the limits let start (or, for a pool, put it in ``to_offer``); with
+    ``launch.trainings: plan``, every queued run of its plan as one job. Says which runs
+    started, how many slots they hold and their accelerator-hours (0 slots: none began)."""
+    together = (launch.launch_options or {}).get("trainings") == "plan"
+    if together and not is_pull_executor(run.executor):
+        group = runs_start_together(plan_id=run.plan_id)
+        hours = sum(Run.objects.filter(pk__in=group).values_list("accelerator_hours", flat=True))
+        return group, len(group), float(hours)
+    if is_pull_executor(run.executor):
+        to_offer.append(run)  # offered in bulk by the caller: agents lease them
+        return [], 1, run.accelerator_hours
+    if run_start(run_id=run.pk) is not None:
+        return [run.pk], 1, run.accelerator_hours
+    return [], 0, 0.0
 
 
 def _runs_offer(runs: list[Run]) -> list[int]:
@@ -286,21 +306,69 @@ def run_workdir(*, run: Run) -> Path:
 PYTHON_PLACEHOLDER = "{python}"  # in an agent's argv: the agent fills in its own Python
 
 
+def run_name(*, run: Run, scale: str = "") -> str:
+    """The name of the run's tracker run (W&B): the recipe, the scale, the run's id."""
+    return "-".join(part for part in (run.recipe_name, scale, f"run{run.pk}") if part)
+
+
+def run_output_root(*, run: Run) -> str:
+    """Where the run writes its outputs (checkpoints): the same on every attempt, so a
+    preempted run's next attempt resumes. Under ``RUNS_OUTPUT_ROOT`` when set (e.g. a
+    bucket), else beside the run's local working folders."""
+    if root := settings.RUNS_OUTPUT_ROOT:
+        return f"{root.rstrip('/')}/{run.recipe_name}/run-{run.pk}"
+    return str(Path(settings.RUNS_WORK_DIR) / f"run-{run.pk}" / "output")
+
+
+def run_values(
+    *, run: Run, python: str, env: dict[str, str], default_config: dict[str, Any] | None = None
+) -> RunValues:
+    entry = run.entry
+    return RunValues(
+        run_id=run.pk,
+        config=run.config,
+        default_config=default_config or {},
+        python=python,
+        config_path="config.json",
+        run_name=run_name(run=run, scale=entry.scale),
+        scale=entry.scale,
+        seed=entry.seed,
+        version=run.recipe_version,
+        attempt=run.attempt,
+        git_sha=run.git_sha,
+        output_root=run_output_root(run=run),
+        env=env,
+    )
+
+
 def run_command(
-    *, run: Run, python: str = sys.executable, template: str | None = None
-) -> list[str]:
-    """The run's argv, from its launch's command template (``template``: that template,
-    read already)."""
-    if template is None:
-        template = PlanLaunch.objects.get(plan_id=run.plan_id).command_template
+    *,
+    run: Run,
+    python: str = sys.executable,
+    template: str | None = None,
+    options: dict[str, Any] | None = None,
+    dry_run: bool = False,
+) -> Filled:
+    """The run's command filled (``runs.specs.commands``), from its launch's command and
+    launch options (``template`` and ``options``: those, read already): the argv to execute,
+    the argv to show and record (secrets as ``$NAME``), and the environment it adds."""
+    if template is None or options is None:
+        launch = PlanLaunch.objects.get(plan_id=run.plan_id)
+        template, options = launch.command_template, launch.launch_options
     try:
-        command = template.format(python=python, config_path="config.json", run_id=run.pk)
-        argv = shlex.split(command)
-    except (KeyError, IndexError, ValueError) as exc:
+        launch_options = Launch.from_data(options or {})
+        defaults: dict[str, Any] = {}
+        if launch_options.overrides != "config_file":
+            snapshot = Plan.objects.values_list("recipe_snapshot", flat=True).get(pk=run.plan_id)
+            defaults = dict(snapshot.get("default_config") or {})
+        values = run_values(
+            run=run, python=python, env=run_job_env(run=run), default_config=defaults
+        )
+        return command_fill(
+            template=template, launch=launch_options, values=values, dry_run=dry_run
+        )
+    except CommandError as exc:
         raise DomainError(f"The recipe's command template cannot be filled: {exc}") from exc
-    if not argv:
-        raise DomainError("The recipe's command template is empty.")
-    return argv
 
 
 def run_job_env(*, run: Run) -> dict[str, str]:
@@ -314,6 +382,8 @@ def run_job_env(*, run: Run) -> dict[str, str]:
         "RUN_ATTEMPT": str(run.attempt),
         "RUN_GIT_SHA": run.git_sha,
         "RUN_GIT_REF": run.git_sha,
+        "RUN_NAME": run_name(run=run, scale=run.entry.scale),
+        "RUN_OUTPUT_ROOT": run_output_root(run=run),
         # A stock MLflow client reports to this run unchanged (runs/mlflow/).
         "MLFLOW_TRACKING_URI": settings.RUNS_MLFLOW_TRACKING_URI,
         "MLFLOW_TRACKING_TOKEN": token,
@@ -325,30 +395,64 @@ def run_config_file(*, run: Run) -> str:
     return json.dumps(run.config, indent=2, sort_keys=True)
 
 
-def run_job_spec(*, run: Run) -> JobSpec:
+def run_job_spec(*, run: Run, code_dir: Path | None = None) -> JobSpec:
     secrets = {name: value for name in settings.RUNS_SECRET_ENV if (value := _env(name))}
+    filled = run_command(run=run)
     return JobSpec(
         job_id=f"run-{run.pk}-attempt-{run.attempt}",
-        argv=run_command(run=run),
+        argv=filled.argv,
         workdir=run_workdir(run=run),
-        env={**run_job_env(run=run), **secrets},
+        env={**run_job_env(run=run), **filled.env, **secrets},
         files={"config.json": run_config_file(run=run)},
         time_limit_seconds=run.time_limit_seconds,
+        code_dir=code_dir,
     )
+
+
+def run_checkout(*, run: Run) -> Checkout | None:
+    """The clean checkout of the run's pinned commit, made (or found) before its job is
+    submitted, with the full SHA and the tree's cleanness recorded on the run; None when the
+    launch pinned no commit of a repository. A commit that does not exist fails the run with
+    that reason (CodeError raised); any other problem (the repository unreachable) is
+    raised as an ExecutorError, so the reconciler tries again."""
+    repository = (
+        PlanLaunch.objects.filter(plan_id=run.plan_id)
+        .values_list("git_repository", flat=True)
+        .first()
+    )
+    if not repository or not run.git_sha:
+        return None
+    try:
+        checkout = checkout_materialize(repository=repository, ref=run.git_sha)
+    except CodeError as exc:
+        if "does not exist" in str(exc) or "is not a git ref" in str(exc):
+            run_transition(
+                run_id=run.pk,
+                to_state=RunState.FAILED,
+                failure_kind=FailureKind.CONFIG,
+                door=Door.WORKER,
+                message=f"{exc}; nothing was submitted",
+            )
+            raise
+        raise ExecutorError(str(exc)) from exc
+    Run.objects.filter(pk=run.pk).update(git_sha=checkout.sha, git_clean=checkout.clean)
+    run.git_sha, run.git_clean = checkout.sha, checkout.clean
+    return checkout
 
 
 def _env(name: str) -> str:
     return os.environ.get(name, "")
 
 
-def run_start(*, run_id: int) -> Run | None:
-    """Move a queued run to running and submit its job once the transaction commits."""
+def run_start(*, run_id: int, submit: bool = True) -> Run | None:
+    """Move a queued run to running and submit its job once the transaction commits
+    (``submit=False``: the caller submits it, with the others of its job)."""
     with transaction.atomic():
         run = Run.objects.select_for_update().get(pk=run_id)
         if run.state != RunState.QUEUED or run.cancel_requested_at is not None:
             return None
         try:
-            command = run_command(run=run)
+            command = run_command(run=run).shown
         except DomainError as exc:
             return run_transition(
                 run_id=run_id,
@@ -372,8 +476,66 @@ def run_start(*, run_id: int) -> Run | None:
                 "secret_env_names": [n for n in settings.RUNS_SECRET_ENV if _env(n)],
             },
         )
-        transaction.on_commit(lambda: run_submit(run_id=run_id), robust=True)
+        if submit:
+            transaction.on_commit(lambda: run_submit(run_id=run_id), robust=True)
         return run
+
+
+MANIFEST_FILE = "trainings.json"
+
+
+def runs_start_together(*, plan_id: int) -> list[int]:
+    """Start every queued run of a plan whose recipe trains them in one job
+    (``launch.trainings: plan``): each moves to running, and the first (the job's leader)
+    submits the one job after commit, with a manifest of them all (``run_manifest``)."""
+    ids = list(
+        Run.objects.select_for_update()
+        .filter(
+            plan_id=plan_id,
+            state=RunState.QUEUED,
+            cancel_requested_at__isnull=True,
+            dispatched_at__isnull=True,
+        )
+        .order_by("entry__index", "sequence")
+        .values_list("pk", flat=True)
+    )
+    started = []
+    for run_id in ids:
+        run = run_start(run_id=run_id, submit=False)
+        if run is not None and run.state == RunState.RUNNING:
+            started.append(run_id)
+    if started:
+        leader, members = started[0], started
+        transaction.on_commit(lambda: run_submit(run_id=leader, members=members), robust=True)
+    return started
+
+
+def run_manifest(*, runs: list[Run]) -> dict[str, Any]:
+    """The manifest of a job that trains several planned runs: for each, its own id, token
+    and tracker run name, so each training reports into its own run; and how a training
+    reports its end (a run that reports none takes the job's end)."""
+    return {
+        "version": 1,
+        "api_url": settings.RUNS_API_URL,
+        "report_end": (
+            "each training reports its own end: POST {api_url}runs/{run_id}/status/ with "
+            'Authorization: Bearer {token} and {"state": "finished"} (or "failed" with a '
+            "failure_kind); a run that reported none takes the job's end"
+        ),
+        "trainings": [
+            {
+                "run_id": run.pk,
+                "token": run_token(run=run),
+                "attempt": run.attempt,
+                "run_name": run_name(run=run, scale=run.entry.scale),
+                "scale": run.entry.scale,
+                "seed": run.entry.seed,
+                "output_root": run_output_root(run=run),
+                "config": run.config,
+            }
+            for run in runs
+        ],
+    }
 
 
 def _run_offer(run: Run) -> Run | None:
@@ -392,20 +554,50 @@ def _run_offer(run: Run) -> Run | None:
     return run
 
 
-def run_submit(*, run_id: int) -> str:
-    """Hand a running run's job to its executor; submitting twice starts one job."""
-    run = Run.objects.filter(pk=run_id, state=RunState.RUNNING).first()
+def run_submit(*, run_id: int, members: list[int] | None = None) -> str:
+    """Hand a running run's job to its executor; submitting twice starts one job. A job
+    that trains several runs (``members``, the run first among them) gets their manifest,
+    and each of them gets the job's external id, so each is settled from the job."""
+    run = Run.objects.filter(pk=run_id, state=RunState.RUNNING).select_related("entry").first()
     if run is None or run.cancel_requested_at is not None:
         return ""  # canceled before its job started: the reconciler marks it killed
     executor = get_executor(run.executor)
+    if members is None and (
+        PlanLaunch.objects.filter(plan_id=run.plan_id, launch_options__trainings="plan").exists()
+    ):  # resubmitted by the reconciler: the job still trains the runs it started with
+        members = list(
+            Run.objects.filter(
+                plan_id=run.plan_id, state=RunState.RUNNING, external_id=""
+            ).values_list("pk", flat=True)
+        )
+    together = list(
+        Run.objects.filter(pk__in=members or [run_id], state=RunState.RUNNING)
+        .select_related("entry")
+        .order_by("entry__index", "sequence")
+    )
     try:
-        external_id = executor.submit(run_job_spec(run=run))
+        checkout = run_checkout(run=run)
+        spec = run_job_spec(run=run, code_dir=checkout.path if checkout else None)
+        if members:
+            manifest = json.dumps(run_manifest(runs=together), indent=2, sort_keys=True)
+            spec = dataclasses.replace(
+                spec,
+                files={**spec.files, MANIFEST_FILE: manifest},
+                env={**spec.env, "RUN_MANIFEST": MANIFEST_FILE},
+            )
+        external_id = executor.submit(spec)
+    except CodeError:
+        return ""  # the run failed, saying which commit does not exist
     except ExecutorError as exc:
         logger.warning("submitting run %s failed: %s", run_id, exc)
         return ""
-    if not Run.objects.filter(
-        pk=run_id, state=RunState.RUNNING, cancel_requested_at__isnull=True
-    ).update(external_id=external_id):
+    ids = [r.pk for r in together] if members else [run_id]
+    updated = Run.objects.filter(
+        pk__in=ids, state=RunState.RUNNING, cancel_requested_at__isnull=True
+    ).update(external_id=external_id)
+    if members and checkout is not None:
+        Run.objects.filter(pk__in=ids).update(git_sha=checkout.sha, git_clean=checkout.clean)
+    if not updated:
         try:  # canceled (or ended) while its job was being submitted: stop the job
             executor.cancel(external_id)
         except ExecutorError as exc:

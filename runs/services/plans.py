@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from marin_site.events import Verb
 from marin_site.nudges import nudge
+from runs.executors import pool_name
 from runs.models import (
     TERMINAL_RUN_STATES,
     Plan,
@@ -23,6 +24,7 @@ from runs.models import (
     RunEvent,
     RunState,
 )
+from runs.pools.models import Pool
 from runs.services.recipes import executor_problem, launch_labels_problem
 from runs.specs.ablation import Plan as PlanPreview
 from runs.specs.ablation import PlanError, RecipeSpec, build_plan
@@ -105,6 +107,7 @@ def plan_launch(
     executor: str = "",
     max_concurrent_runs: int | None = None,
     git_ref: str = "",
+    actor: User | AnonymousUser | None = None,
 ) -> PlanLaunch:
     """Ask for a frozen plan to run; asking twice launches it once.
 
@@ -122,21 +125,44 @@ def plan_launch(
             raise ValidationError({"executor": [problem]})
         if recipe.requires_labels and (problem := launch_labels_problem(recipe, target)):
             raise ValidationError({"executor": [problem]})
+        if actor is not None and (problem := launcher_problem(executor=target, actor=actor)):
+            raise ValidationError({"executor": [problem]})
         launch, created = PlanLaunch.objects.get_or_create(
             plan_id=plan_id,
             defaults={
                 "criteria": criteria or {},
                 "command_template": recipe.command_template,
+                "launch_options": dict(recipe.launch or {}),
                 "executor": target,
                 "max_concurrent_runs": max_concurrent_runs,
                 "time_limit_seconds": recipe.time_limit_seconds,
                 "requires_labels": list(recipe.requires_labels or []),
                 "git_ref": git_ref.strip()[:255],
+                "git_repository": settings.RUNS_CODE_REPOSITORY if git_ref.strip() else "",
             },
         )
         if created:
             nudge("runs.plan_expand", plan_id=plan_id)
         return launch
+
+
+def launcher_problem(*, executor: str, actor: User | AnonymousUser) -> str:
+    """Why ``actor`` may not launch on ``executor`` (its allow-list: ``launchers`` of a pool,
+    ``RUNS_EXECUTOR_LAUNCHERS`` of the others), or "" when they may (no list: anyone the
+    approval's own permission lets through)."""
+    if name := pool_name(executor):
+        allowed = list(
+            Pool.objects.filter(name=name).values_list("launchers", flat=True).first() or []
+        )
+    else:
+        allowed = list(settings.RUNS_EXECUTOR_LAUNCHERS.get(executor, []))
+    username = actor.get_username() if actor.is_authenticated else ""
+    if not allowed or username in allowed:
+        return ""
+    return (
+        f"{username or 'an anonymous user'} may not launch on '{executor[:60]}' "
+        f"(who may: {', '.join(allowed)})"
+    )
 
 
 def plan_cancel(

@@ -20,6 +20,7 @@ from runs.models import Recipe, RecipeEvent
 from runs.pools.models import Pool
 from runs.pools.services import labels_clean, labels_problem
 from runs.specs.ablation import slug_ok, version_ok
+from runs.specs.commands import command_store, launch_problems
 from runs.specs.compute import FormulaError, run_cost, validate_compute_model
 from runs.verdicts.rules import declared_rules_problems
 
@@ -29,6 +30,7 @@ RECIPE_FIELDS = (
     "title",
     "description",
     "command_template",
+    "launch",
     "default_config",
     "parameter_schema",
     "compute_model",
@@ -82,6 +84,12 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
     ):
         if problems:
             errors[name] = problems
+    for field, messages in launch_problems(
+        command=data.get("command_template"),
+        launch_data=data.get("launch"),
+        default_config=default_config if isinstance(default_config, dict) else {},
+    ).items():
+        errors.setdefault(field, []).extend(messages)
     requires_labels = _requires_labels(data, errors)
     if problem := executor_problem(
         executor=data.get("executor") or "",
@@ -114,6 +122,17 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
         except FormulaError as exc:
             where = f" at scale '{scale}'" if scale else ""
             raise ValidationError({"compute_model": [f"{exc}{where}"]}) from exc
+
+
+def _stored(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as stored: a command given as a list of arguments kept as its words, and no
+    launch options as an empty mapping."""
+    stored = dict(data)
+    if "command_template" in stored:
+        stored["command_template"] = command_store(stored["command_template"])
+    if "launch" in stored and stored["launch"] is None:
+        stored["launch"] = {}
+    return stored
 
 
 def _requires_labels(data: dict[str, Any], errors: dict[str, list[str]]) -> list[str]:
@@ -152,6 +171,7 @@ def recipe_create(
     *, actor: User | AnonymousUser | None, data: dict[str, Any], door: str = Door.WEB
 ) -> Recipe:
     recipe_validate(data=data)
+    data = _stored(data)
     recipe = Recipe(**{k: v for k, v in data.items() if k in RECIPE_FIELDS})
     recipe.created_by = actor if isinstance(actor, User) else None
     recipe.full_clean()
@@ -173,6 +193,7 @@ def recipe_update(
     The change is recorded in the recipe's history (which fields changed, by whom)."""
     merged = {field: getattr(recipe, field) for field in RECIPE_FIELDS} | data
     recipe_validate(data=merged)
+    merged = _stored(merged)
     changed = sorted(field for field in RECIPE_FIELDS if getattr(recipe, field) != merged[field])
     for field in RECIPE_FIELDS:
         setattr(recipe, field, merged[field])
@@ -200,6 +221,7 @@ def recipe_load(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> 
     defaults = {field.name: field.get_default() for field in Recipe._meta.concrete_fields}
     wanted = {field: data.get(field, defaults[field]) for field in RECIPE_FIELDS}
     recipe_validate(data=wanted)
+    wanted = _stored(wanted)
     recipe = (
         Recipe.objects.select_for_update()
         .filter(name=wanted["name"], version=wanted["version"])

@@ -20,6 +20,7 @@ from runs.models import FailureKind, PlanLaunch, Run, RunState
 from runs.pools.leases import run_reconcile_leased
 from runs.results.summary import plan_check_finished
 from runs.services.dispatch import plan_expand, run_submit, runs_dispatch
+from runs.services.dry_runs import dry_runs_settle
 from runs.services.runs import run_transition
 from runs.signals import reconcile_pass
 
@@ -41,7 +42,7 @@ def run_reconcile(*, run_id: int) -> Run | None:
         return run_reconcile_leased(run_id=run_id)
     try:
         executor = get_executor(run.executor)
-    except ExecutorError:  # no executor this site knows runs it: its heartbeat is the truth
+    except ExecutorError as exc:  # nothing this site knows runs it: it cannot be followed
         if run.cancel_requested_at is not None:
             return run_transition(
                 run_id=run_id,
@@ -49,7 +50,13 @@ def run_reconcile(*, run_id: int) -> Run | None:
                 door=Door.WORKER,
                 message="canceled; no executor of this site ran it",
             )
-        return _crash_if_stale(run, executor_cancel=None)
+        return run_transition(
+            run_id=run_id,
+            to_state=RunState.CRASHED,
+            failure_kind=FailureKind.INFRA,
+            door=Door.WORKER,
+            message=f"no executor of this site runs it: {exc}",
+        )
     if not run.external_id:
         if run.cancel_requested_at is not None:
             return run_transition(
@@ -217,6 +224,7 @@ def runs_reconcile() -> dict[str, int]:
             continue
         settled += int(run is not None and run.is_terminal)
     started = runs_dispatch()
+    dry_runs_settle()
     finished = 0
     for plan_id in PlanLaunch.objects.filter(
         finished_at__isnull=True, expanded_at__isnull=False

@@ -319,6 +319,7 @@ def _run_again(
             config_hash=source.config_hash,
             accelerator_hours=source.accelerator_hours,
             executor=source.executor,
+            git_sha=source.git_sha,  # a rerun runs the commit pinned at approval too
             max_attempts=source.max_attempts,
             heartbeat_timeout_seconds=source.heartbeat_timeout_seconds,
             time_limit_seconds=source.time_limit_seconds,

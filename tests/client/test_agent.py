@@ -5,6 +5,7 @@ commands, so each test controls its job; the trainer runs in test_agents_end_to_
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -23,6 +24,7 @@ from runs.pools import leases, services
 from runs.pools.models import Lease, LeaseEnd
 from runs.services import dispatch
 from runs.services import runs as run_writes
+from tests.runs.git_helpers import git, repo_fixture  # noqa: F401  (the repo fixture)
 from tests.runs.pools.pool_helpers import ONE_RUN, make_pool
 from tests.runs.runs_helpers import launched_plan, wait_for
 
@@ -209,3 +211,37 @@ def test_the_installed_console_script_is_the_agent() -> None:
     done = subprocess.run([str(script), "--version"], capture_output=True, text=True, check=True)  # noqa: S603
 
     assert done.stdout.strip() == f"marin-site-agent {agent_program.VERSION}"
+
+
+# The commit pinned at approval: the agent fetches its source archive from the site with its
+# credential, and the job imports its code from it, so a recipe whose code is not on the
+# agent's machine runs there (a repository made in the test: tests/runs/git_helpers.py).
+
+
+def test_the_agent_runs_the_pinned_commit_from_its_archive(
+    site: str, tmp_path: Path, recipe: Any, repo: Path, settings: Any
+) -> None:
+    settings.RUNS_CODE_REPOSITORY, settings.RUNS_CODE_DIR = str(repo), tmp_path / "site-code"
+    first = git("rev-parse", "HEAD~1", cwd=repo)
+    proc, run = start_agent(site, tmp_path, "{python} -m pinned_job", git_ref=first[:12])
+
+    assert proc.wait(timeout=60) == 0
+    run.refresh_from_db()
+    assert run.state == RunState.FINISHED, run.state_reason
+    assert (run.git_sha, run.git_clean) == (first, True)
+    which = tmp_path / "work" / f"run-{run.pk}" / "attempt-1" / "which.json"
+    assert json.loads(which.read_text()) == {"version": "first"}
+    assert (tmp_path / "work" / "code" / first[:12] / "pinned_job" / "__main__.py").exists()
+
+
+def test_an_agent_given_a_commit_that_does_not_exist_fails_the_run_and_starts_nothing(
+    site: str, tmp_path: Path, recipe: Any, repo: Path, settings: Any
+) -> None:
+    settings.RUNS_CODE_REPOSITORY, settings.RUNS_CODE_DIR = str(repo), tmp_path / "site-code"
+    proc, run = start_agent(site, tmp_path, "{python} -m pinned_job", git_ref="e" * 40)
+
+    assert proc.wait(timeout=60) == 0
+    done = wait_for(lambda: Run.objects.filter(pk=run.pk, state=RunState.FAILED).first())
+    assert done.failure_kind == "config"
+    assert f"commit {'e' * 40} does not exist" in done.state_reason
+    assert not (tmp_path / "work" / f"run-{run.pk}" / "attempt-1" / "which.json").exists()

@@ -614,3 +614,98 @@ def test_a_refused_comment_records_nothing(proposal: Proposal) -> None:
     with pytest.raises(ActionForbidden):
         services.comment_create(proposal_id=proposal.pk, author=AnonymousUser(), body="hi")
     assert not proposal.events.exists()
+
+
+# --- the dry run before approval -------------------------------------------------------
+
+
+def _failed_dry_run(proposal: Proposal) -> Any:
+    from runs.models import DryRun
+
+    return DryRun.objects.create(
+        recipe=proposal.recipe,
+        subject=services.dry_run_subject(proposal),
+        state="failed",
+        reason="exit code 3",
+    )
+
+
+def test_a_failed_dry_run_blocks_approval_without_a_reason(
+    contributor: Any, recipe: Any, maintainer: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    _failed_dry_run(proposal)
+    with pytest.raises(ValidationError) as refused:
+        services.proposal_transition(proposal_id=proposal.pk, action="approve", actor=maintainer)
+    assert "dry_run_override" in refused.value.message_dict
+    assert "exit code 3" in refused.value.message_dict["dry_run_override"][0]
+    assert Proposal.objects.get(pk=proposal.pk).state == State.SUBMITTED
+
+
+def test_a_maintainer_approves_over_a_failed_dry_run_with_a_reason_on_the_timeline(
+    contributor: Any, recipe: Any, maintainer: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    dry_run = _failed_dry_run(proposal)
+    approved = services.proposal_transition(
+        proposal_id=proposal.pk,
+        action="approve",
+        actor=maintainer,
+        dry_run_override="the eval data is mounted on the cluster only",
+    )
+    assert approved.state == State.APPROVED
+    event = Event.objects.get(proposal=proposal, verb="dry_run_overridden")
+    assert event.actor == maintainer
+    assert f"dry run {dry_run.pk} failed" in event.message
+    assert "mounted on the cluster only" in event.message
+
+
+def test_only_a_maintainer_starts_a_dry_run(
+    contributor: Any, recipe: Any, maintainer: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ActionForbidden):
+        services.proposal_dry_run(proposal_id=proposal.pk, actor=contributor)
+    with django_capture_on_commit_callbacks(execute=False):
+        dry_run = services.proposal_dry_run(proposal_id=proposal.pk, actor=maintainer)
+    assert dry_run.subject == f"proposal-{proposal.pk}"
+    assert Event.objects.filter(proposal=proposal, verb="dry_run_started").exists()
+
+
+# --- who may launch where -------------------------------------------------------------
+
+
+def test_the_approving_maintainer_chooses_the_executor_within_its_allow_list(
+    contributor: Any, recipe: Any, maintainer: Any, settings: Any
+) -> None:
+    settings.RUNS_EXECUTOR_LAUNCHERS = {"ray": ["alice"]}
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ValidationError) as refused:
+        services.proposal_transition(
+            proposal_id=proposal.pk, action="approve", actor=maintainer, executor="ray"
+        )
+    assert refused.value.message_dict["executor"] == [
+        "max may not launch on 'ray' (who may: alice)"
+    ]
+    assert Proposal.objects.get(pk=proposal.pk).state == State.SUBMITTED
+    alice = UserFactory.create(username="alice", roles=["maintainer"])
+    approved = services.proposal_transition(
+        proposal_id=proposal.pk, action="approve", actor=alice, executor="ray"
+    )
+    assert PlanLaunch.objects.get(plan__proposal=approved).executor == "ray"
+
+
+def test_a_pool_launches_only_for_its_launchers(
+    contributor: Any, recipe: Any, maintainer: Any
+) -> None:
+    from tests.runs.pools.pool_helpers import make_pool
+
+    pool = make_pool(maintainer, labels=[], launchers=["olga"])
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    with pytest.raises(ValidationError) as refused:
+        services.proposal_transition(
+            proposal_id=proposal.pk, action="approve", actor=maintainer, executor=pool.executor
+        )
+    assert (
+        "may not launch on 'pool:gpu' (who may: olga)" in refused.value.message_dict["executor"][0]
+    )

@@ -34,6 +34,24 @@ def test_run_page_is_public_and_shows_state_metrics_and_timeline(
     assert "queued → running" in page
 
 
+@pytest.mark.parametrize(
+    ("clean", "words"),
+    [(True, "(clean checkout)"), (False, "(the checkout was not clean)"), (None, "")],
+)
+def test_run_page_says_whether_the_pinned_checkout_was_clean(
+    client: Client, recipe: Any, clean: bool | None, words: str
+) -> None:
+    run = Run.objects.filter(plan=launched_plan(recipe)).first()
+    assert run is not None
+    Run.objects.filter(pk=run.pk).update(git_sha="a" * 40, git_clean=clean)
+    page = client.get(run.get_absolute_url()).content.decode()
+    assert "aaaaaaaaaaaaaaa" in page
+    if words:
+        assert words in page
+    else:
+        assert "clean checkout" not in page and "not clean" not in page
+
+
 def test_missing_run_is_404(client: Client) -> None:
     assert client.get("/runs/999999/").status_code == 404
 

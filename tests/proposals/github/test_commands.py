@@ -79,6 +79,27 @@ def test_a_maintainer_approves_with_a_command(linked: Proposal, client: Any) -> 
     assert answer.startswith("@maxine `/approve`: done")
 
 
+def test_approve_takes_the_executor_and_the_ref_to_pin(linked: Proposal, client: Any) -> None:
+    answer = _say(client, linked, "/approve executor=local ref=v1.2", "maxine", 31)
+    assert answer.startswith("@maxine `/approve`: done")
+    assert linked.state == State.APPROVED
+    assert linked.git_ref == "v1.2"
+    assert linked.plan_id is not None
+    launch = PlanLaunch.objects.get(plan_id=linked.plan_id)
+    assert (launch.executor, launch.git_ref) == ("local", "v1.2")
+
+
+def test_approve_refuses_an_unknown_option_or_executor_by_name(
+    linked: Proposal, client: Any
+) -> None:
+    assert "colour: is no option of /approve" in _say(
+        client, linked, "/approve colour=red", "maxine", 32
+    )
+    answer = _say(client, linked, "/approve executor=pool:nowhere", "maxine", 33)
+    assert "there is no pool named 'nowhere'" in answer
+    assert linked.state == State.SUBMITTED
+
+
 def test_a_non_maintainer_approve_is_refused_politely(linked: Proposal, client: Any) -> None:
     answer = _say(client, linked, "/approve", "randomperson", 2)
     assert linked.state == State.SUBMITTED

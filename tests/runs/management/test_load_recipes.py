@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from io import StringIO
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,19 @@ def test_the_project_recipes_load_and_a_second_load_changes_nothing() -> None:
     first = load()
     assert "tiny-moe v1: created" in first
     assert "marin-moe v1: created" in first
-    assert "2 recipes: 2 created, 0 updated, 0 unchanged" in first
+    assert "grug-moe-gate1 v1: created" in first
+    assert "3 recipes: 3 created, 0 updated, 0 unchanged" in first
+    grug = Recipe.objects.get(name="grug-moe-gate1")  # a YAML list, stored as its words
+    assert shlex.split(grug.command_template) == [
+        "python",
+        "-m",
+        "{config.launch_module}",
+        "--version",
+        "{config.artifact_version}",
+        "--run",
+    ]
+    assert grug.launch["trainings"] == "plan"
+    assert grug.launch["dry_run"] == {"drop": ["--run"]}
     tiny = Recipe.objects.get(name="tiny-moe")
     assert {k: v for k, v in stored(tiny).items() if k in TINY_MOE} == TINY_MOE
     assert (tiny.executor, tiny.is_active, tiny.created_by) == ("", True, None)
@@ -49,7 +62,7 @@ def test_the_project_recipes_load_and_a_second_load_changes_nothing() -> None:
 
     second = load(RECIPES_DIR)
     assert "tiny-moe v1: unchanged" in second
-    assert "2 recipes: 0 created, 0 updated, 2 unchanged" in second
+    assert "3 recipes: 0 created, 0 updated, 3 unchanged" in second
     assert {r.pk: r.updated_at for r in Recipe.objects.all()} == before
 
 

@@ -1,5 +1,5 @@
-"""The reconciler and a running run no executor of this site knows (made by hand, or the
-demo's): its heartbeat is the truth, and a cancel still ends it."""
+"""The reconciler and a running run no executor of this site knows (made by hand): it is
+crashed at once, saying why, and a cancel still ends it as killed."""
 
 from __future__ import annotations
 
@@ -30,16 +30,13 @@ def _running_without_executor(recipe: Any, *, quiet_seconds: int) -> Run:
     return run
 
 
-def test_a_run_without_a_known_executor_is_crashed_once_silent(recipe: Any) -> None:
+def test_a_run_without_a_known_executor_is_crashed_at_once_with_the_reason(recipe: Any) -> None:
     heard = _running_without_executor(recipe, quiet_seconds=10)
-    kept = reconcile.run_reconcile(run_id=heard.pk)
-    assert kept is not None and kept.state == RunState.RUNNING
-    silent = Run.objects.get(pk=heard.pk)
-    Run.objects.filter(pk=silent.pk).update(heartbeat_at=timezone.now() - timedelta(seconds=90))
-    done = reconcile.run_reconcile(run_id=silent.pk)
+    done = reconcile.run_reconcile(run_id=heard.pk)
     assert done is not None
     assert done.state == RunState.CRASHED
-    assert "no heartbeat" in done.state_reason
+    assert done.failure_kind == "infra"
+    assert "no executor of this site runs it: Unknown executor ''" in done.state_reason
 
 
 def test_a_run_without_a_known_executor_can_be_canceled(recipe: Any) -> None:
