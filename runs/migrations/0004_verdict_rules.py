@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0001_initial'),
+        ('runs', '0003_metric_flags'),
     ]
 
     operations = [

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('proposals', '0001_initial'),
+        ('proposals', '0002_imported_history'),
     ]
 
     operations = [

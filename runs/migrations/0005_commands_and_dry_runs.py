@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0001_initial'),
+        ('runs', '0004_verdict_rules'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
