@@ -177,7 +177,10 @@ def test_imported_run_page_shows_its_figures(client: Any) -> None:
     run = Run.objects.get()
     page = client.get(f"/runs/{run.pk}/")
     assert page.status_code == 200
-    assert b"imported" in page.content and b"1.186" in page.content
+    text = page.content.decode()
+    assert "1.186" in text
+    assert "Imported from the project's past</strong>, from <a href=\"https://wandb.ai/" in text
+    assert ">wandb:example-org/speedrun/llama_130m_adamw_4096-ab2740</a>" in text
 
 
 @pytest.mark.django_db
