@@ -283,3 +283,14 @@ def test_imports_page_takes_uploads_past_the_request_cap_up_to_its_own(
     big.name = "big.txt"
     answer = client.post("/imports/", {"kind": "lines", "file": big})
     assert answer.status_code == 413
+
+
+@pytest.mark.django_db
+def test_command_reads_standard_input(lines_importer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"alpha\nbeta\n")))
+    out = io.StringIO()
+    call_command("import_history", "lines", "-", stdout=out)
+    assert "lines from standard input: imported 2, skipped 0, refused 0." in out.getvalue()
+    assert _recipes() == ["alpha", "beta"]
