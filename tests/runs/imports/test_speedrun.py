@@ -213,3 +213,13 @@ def test_maintainer_uploads_the_leaderboard_on_the_imports_page(
     assert "entry 3 (hello_world_gpu_speedrun)" in text and "matches no track" in text
     run = Run.objects.get(imported_from="speedrun:cautious_llama_scaling/1_2b")
     assert run.events.get().actor == maintainer and run.events.get().door == "web"
+
+
+@pytest.mark.django_db
+def test_the_reconciler_leaves_imported_runs_alone() -> None:
+    from runs.services.reconcile import runs_reconcile
+
+    _import(BOARD)
+    before = list(Run.objects.order_by("pk").values_list("pk", "state", "final_metrics"))
+    runs_reconcile()
+    assert list(Run.objects.order_by("pk").values_list("pk", "state", "final_metrics")) == before
