@@ -209,7 +209,10 @@ class CappedReader(io.RawIOBase):
 
     def readinto(self, buffer: Any) -> int:
         view = memoryview(buffer).cast("B")
-        data = self.raw.read(len(view))
+        try:
+            data = self.raw.read(len(view))
+        except OSError as exc:  # a remote file system's errors included (network, gone)
+            raise SourceRefused(f"reading {self.name} failed: {str(exc)[:300]}") from exc
         if not data:
             return 0
         if self.position + len(data) > self.cap:
@@ -292,7 +295,11 @@ def source_open(source: str, *, cap: int | None = None) -> Iterator[CappedReader
             f"{source}: reading '{scheme}:' URLs needs a package this site lacks ({exc.name})."
         ) from exc
     except (OSError, ValueError) as exc:
-        raise SourceRefused(f"{source} cannot be read: {exc}") from exc
+        raise SourceRefused(f"{source} cannot be read: {str(exc)[:300]}") from exc
+    except Exception as exc:  # a remote file system's own errors (credentials, its API)
+        raise SourceRefused(
+            f"{source} cannot be read: {type(exc).__name__}: {str(exc)[:300]}"
+        ) from exc
     reader = CappedReader(opened, name=source, cap=limit)
     try:
         yield reader

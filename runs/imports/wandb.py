@@ -101,7 +101,7 @@ def _parquet_file_rows(handle: IO[bytes], name: str) -> Iterator[tuple[str, dict
 
 def _csv_rows(source: Any, name: str) -> Iterator[tuple[str, dict[str, Any]]]:
     csv.field_size_limit(CSV_FIELD_MAX)
-    text = io.TextIOWrapper(source, encoding="utf-8", errors="strict", newline="")
+    text = io.TextIOWrapper(source, encoding="utf-8-sig", errors="strict", newline="")
     reader = csv.DictReader(text)
     try:
         columns = reader.fieldnames or []
@@ -242,11 +242,13 @@ def _row_metrics(
         if number is None:
             if value is not None and not _blank(value):
                 skipped_columns.add(key)
-                report.skipped(f"column {key}", "not numbers (media, text or a table)")
+                report.skipped(
+                    f"column {key or '(unnamed)'}", "not numbers (media, text or a table)"
+                )
             continue
         if not METRIC_KEY.match(key):
             skipped_columns.add(key)
-            report.skipped(f"column {key}", "not a metric name the site keeps")
+            report.skipped(f"column {key or '(unnamed)'}", "not a metric name the site keeps")
             continue
         metrics[key] = number
     return metrics

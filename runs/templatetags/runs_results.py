@@ -10,6 +10,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
+from marin_site import links
 from runs.metrics.declarations import MetricDeclaration
 from runs.metrics.steady import is_steady_state_key
 from runs.models import Plan
@@ -23,6 +24,18 @@ from runs.results.ladder import (
 )
 
 register = template.Library()
+
+
+@register.filter
+def link_href(value: Any) -> str:
+    """Today's address of a link kept as a canonical id (``wandb:...``, ``gh:...#N``), or an
+    address as it is; empty for anything else (``speedrun:...`` names a source, no page)."""
+    text = str(value or "")
+    href = links.link_url(text)
+    if href:
+        return href
+    return text if text.startswith(("https://", "http://")) else ""
+
 
 LADDER_RULES = {
     "irreducible_from": MIN_SCALES_FOR_IRREDUCIBLE,

@@ -283,3 +283,50 @@ def test_imports_page_takes_uploads_past_the_request_cap_up_to_its_own(
     big.name = "big.txt"
     answer = client.post("/imports/", {"kind": "lines", "file": big})
     assert answer.status_code == 413
+
+
+@pytest.mark.django_db
+def test_command_reads_standard_input(lines_importer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"alpha\nbeta\n")))
+    out = io.StringIO()
+    call_command("import_history", "lines", "-", stdout=out)
+    assert "lines from standard input: imported 2, skipped 0, refused 0." in out.getvalue()
+    assert _recipes() == ["alpha", "beta"]
+
+
+class _FailingStream(io.RawIOBase):
+    """A remote file whose connection drops after the first line."""
+
+    def __init__(self) -> None:
+        self.sent = False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        if self.sent:
+            raise ConnectionResetError("the connection was reset")
+        self.sent = True
+        buffer[:6] = b"alpha\n"
+        return 6
+
+
+@pytest.mark.django_db
+def test_a_source_failing_halfway_keeps_whole_items_and_says_so(lines_importer: Any) -> None:
+    report = importing.import_run(
+        kind="lines",
+        source=io.BufferedReader(_FailingStream(), buffer_size=6),
+        source_name="gs://b/x",
+    )
+    assert report.matched_count == 1 and _recipes() == ["alpha"]
+    assert report.refused_count == 1
+    assert "reading gs://b/x failed: the connection was reset" in report.lines[-1].reason
+
+
+@pytest.mark.django_db
+def test_a_url_that_is_not_there_is_refused(lines_importer: Any, settings: Any) -> None:
+    settings.IMPORTS_URL_SCHEMES = ["memory"]
+    report = importing.import_run(kind="lines", source="memory://nowhere/absent.txt")
+    assert report.refused_count == 1 and "cannot be read" in report.lines[0].reason

@@ -177,7 +177,10 @@ def test_imported_run_page_shows_its_figures(client: Any) -> None:
     run = Run.objects.get()
     page = client.get(f"/runs/{run.pk}/")
     assert page.status_code == 200
-    assert b"imported" in page.content and b"1.186" in page.content
+    text = page.content.decode()
+    assert "1.186" in text
+    assert "Imported from the project's past</strong>, from <a href=\"https://wandb.ai/" in text
+    assert ">wandb:example-org/speedrun/llama_130m_adamw_4096-ab2740</a>" in text
 
 
 @pytest.mark.django_db
@@ -195,3 +198,28 @@ def test_two_results_of_one_config_are_two_runs_of_its_entry(tmp_path: Path) -> 
     runs = list(Run.objects.order_by("pk"))
     assert [r.sequence for r in runs] == [0, 1] and runs[0].entry_id == runs[1].entry_id
     assert runs[1].plan.run_count == 1  # one entry, rerun
+
+
+@pytest.mark.django_db
+def test_maintainer_uploads_the_leaderboard_on_the_imports_page(
+    client: Any, maintainer: Any
+) -> None:
+    client.force_login(maintainer)
+    with BOARD.open("rb") as upload:
+        answer = client.post("/imports/", {"kind": "speedrun", "file": upload})
+    assert answer.status_code == 200
+    text = answer.content.decode()
+    assert "imported 2, skipped 0, refused 2" in text
+    assert "entry 3 (hello_world_gpu_speedrun)" in text and "matches no track" in text
+    run = Run.objects.get(imported_from="speedrun:cautious_llama_scaling/1_2b")
+    assert run.events.get().actor == maintainer and run.events.get().door == "web"
+
+
+@pytest.mark.django_db
+def test_the_reconciler_leaves_imported_runs_alone() -> None:
+    from runs.services.reconcile import runs_reconcile
+
+    _import(BOARD)
+    before = list(Run.objects.order_by("pk").values_list("pk", "state", "final_metrics"))
+    runs_reconcile()
+    assert list(Run.objects.order_by("pk").values_list("pk", "state", "final_metrics")) == before

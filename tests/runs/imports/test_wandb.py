@@ -168,3 +168,14 @@ def test_bad_options_and_rows_are_refused_in_words(run: Run, tmp_path: Path) -> 
     text.write_text("step,loss\n1,2\n")
     report = _import(str(text), run=str(run.pk))
     assert "has no '_step' column (its columns: step, loss)" in report.lines[0].reason
+
+
+def test_a_csv_from_pandas_with_its_index_and_a_bom_is_read(run: Run, tmp_path: Path) -> None:
+    path = tmp_path / "history.csv"
+    path.write_bytes("\ufeff,_step,train/loss\n0,0,2.0\n1,5,1.5\n".encode())
+    report = _import(str(path), run=str(run.pk))
+    assert report.matched_count == 2
+    assert _points(run)["train/loss"] == [(0, 2.0), (5, 1.5)]
+    assert [(line.place, line.outcome) for line in report.lines] == [
+        ("column (unnamed)", "skipped")
+    ]
