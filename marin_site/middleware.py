@@ -23,6 +23,8 @@ def body_cap_for(path: str) -> int:
     for prefix, cap in PATH_BODY_CAPS.items():
         if path.startswith(prefix):
             return cap
+    if path == "/imports/":  # the importers' page: marin_site/importing.py caps what it reads
+        return int(settings.IMPORTS_MAX_BYTES)
     if STREAMED_UPLOAD_PATHS.match(path):
         return int(settings.RUNS_TRACKER_IMPORT_MAX_BYTES)
     return int(settings.REQUEST_BODY_CAP)

@@ -297,6 +297,15 @@ RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
 RUNS_TRACKER_IMPORT_MAX_BYTES = int(
     os.environ.get("RUNS_TRACKER_IMPORT_MAX_BYTES", str(1024 * 1024 * 1024))
 )
+# The importers of the project's past (marin_site/importing.py): the largest source read,
+# and the URL schemes read through fsspec (gs:// needs the `gcs` extra).
+IMPORTS_MAX_BYTES = int(os.environ.get("IMPORTS_MAX_BYTES", str(1024 * 1024 * 1024)))
+IMPORTS_URL_SCHEMES = env_list("IMPORTS_URL_SCHEMES", "file,gs,gcs")
+# Links kept as canonical ids (wandb:..., gh:...#N, data:...) are shown with these hosts
+# (marin_site/links.py); a host that moves is a change here plus `manage.py links_rewrite`.
+WANDB_BASE_URL = os.environ.get("WANDB_BASE_URL", "https://wandb.ai").rstrip("/")
+GITHUB_BASE_URL = os.environ.get("GITHUB_BASE_URL", "https://github.com").rstrip("/")
+DATA_BROWSER_URL = os.environ.get("DATA_BROWSER_URL", "").rstrip("/")
 # The MLflow tracking API (runs/mlflow/): where jobs are told to send MLflow calls.
 RUNS_MLFLOW_TRACKING_URI = os.environ.get("RUNS_MLFLOW_TRACKING_URI", f"{SITE_URL}/mlflow")
 CELERY_BEAT_SCHEDULE = {

@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
-from marin_site import views
+from marin_site import import_views, views
 from runs import views as run_views
 from runs.pools.urls import file_urlpatterns as agent_file_urlpatterns
 from runs.urls import result_urlpatterns
@@ -22,6 +22,7 @@ urlpatterns = [
     path("campaigns/", include("runs.campaigns.urls")),
     path("", include(agent_file_urlpatterns)),  # the agent program and the run client
     path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
+    path("imports/", import_views.imports_page, name="imports"),  # maintainers: the past
     path("healthz", views.healthz, name="healthz"),
     path("favicon.ico", views.favicon, name="favicon"),
     path("accounts/", include("allauth.urls")),

@@ -14,3 +14,6 @@ class RunsConfig(AppConfig):
         from runs.invalidation import RULES
 
         invalidation.register("runs", *RULES)
+        from runs.imports import register_all
+
+        register_all()

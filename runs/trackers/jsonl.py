@@ -148,14 +148,14 @@ def _number(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
 
 
-def _flatten(values: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
+def flatten_metrics(values: dict[str, Any], prefix: str, out: dict[str, Any]) -> None:
     for key, value in values.items():
         name = f"{prefix}/{key}" if prefix else str(key)
         if isinstance(value, dict):
             if "bucket_limits" in value and "bucket_counts" in value:  # a histogram
                 out[name] = value
             else:
-                _flatten(value, name, out)
+                flatten_metrics(value, name, out)
         else:
             out[name] = value
 
@@ -169,7 +169,7 @@ def _step(value: Any) -> int | None:
 
 
 @dataclass
-class _Record:
+class TrackerRecord:
     step: int | None = None
     time: float | None = None
     metrics: dict[str, Any] | None = None
@@ -178,7 +178,7 @@ class _Record:
     artifact: dict[str, Any] | None = None
 
 
-def record_parse(line: bytes) -> _Record | str | None:
+def record_parse(line: bytes) -> TrackerRecord | str | None:
     """A line's record, a problem (str), or None for a line with nothing to import."""
     if not line.strip():
         return None
@@ -194,22 +194,22 @@ def record_parse(line: bytes) -> _Record | str | None:
             metrics = data.get("metrics")
             if not isinstance(metrics, dict):
                 return "a 'log' event needs a 'metrics' object"
-            return _Record(step=_step(data.get("step")), metrics=metrics, time=_time(data))
+            return TrackerRecord(step=_step(data.get("step")), metrics=metrics, time=_time(data))
         if event == "hparams":
             hparams = data.get("hparams")
             if not isinstance(hparams, dict):
                 return "an 'hparams' event needs an 'hparams' object"
-            return _Record(config=hparams)
+            return TrackerRecord(config=hparams)
         if event in {"summary", "finish"}:
             summary = data.get("metrics" if event == "summary" else "summary")
             if not isinstance(summary, dict):
                 return f"a '{event}' event needs its summary object"
-            return _Record(summary=summary)
+            return TrackerRecord(summary=summary)
         if event == "artifact":
             path = data.get("path")
             if not isinstance(path, str) or not path:
                 return "an 'artifact' event needs a 'path'"
-            return _Record(
+            return TrackerRecord(
                 artifact={
                     "uri": path[:2000],
                     "name": str(data.get("name") or "")[:200],
@@ -223,7 +223,7 @@ def record_parse(line: bytes) -> _Record | str | None:
             return "'config' must be an object"
         if summary is not None and not isinstance(summary, dict):
             return "'summary' must be an object"
-        return _Record(config=config, summary=summary)
+        return TrackerRecord(config=config, summary=summary)
     for name in ("step", "_step"):
         if name in data:
             step = _step(data[name])
@@ -232,7 +232,7 @@ def record_parse(line: bytes) -> _Record | str | None:
             metrics = data.get("metrics")
             if not isinstance(metrics, dict):
                 metrics = {k: v for k, v in data.items() if k not in SKIPPED_META_KEYS}
-            return _Record(step=step, metrics=metrics, time=_time(data))
+            return TrackerRecord(step=step, metrics=metrics, time=_time(data))
     return "not a tracker record (no event, config, summary or step)"
 
 
@@ -247,7 +247,7 @@ def _time(data: dict[str, Any]) -> float | None:
 # --- importing -------------------------------------------------------------------------------
 
 
-class _Batcher:
+class PointBatcher:
     """Points of consecutive lines, sent to the ingest POINTS_PER_INGEST at a time."""
 
     def __init__(self, run: Run) -> None:
@@ -272,15 +272,15 @@ class _Batcher:
         self.written += metrics_ingest(run=self.run, batch=batch, require_running=False)
 
 
-def _line_points(
-    run_id: int, number: int, record: _Record, report: ImportReport
+def record_points(
+    run_id: int, number: int, record: TrackerRecord, report: ImportReport
 ) -> list[tuple[str, int, float, float | None]]:
     assert record.metrics is not None
     if record.step is None:
         report.skipped += len(record.metrics)
         return []
     flat: dict[str, Any] = {}
-    _flatten(record.metrics, "", flat)
+    flatten_metrics(record.metrics, "", flat)
     keys: list[str] = []
     values: list[float] = []
     for key, value in flat.items():
@@ -314,7 +314,7 @@ def _scan(
 ) -> ImportReport:
     """One pass over a file: check every line and, given a run, import it."""
     report = ImportReport()
-    batcher = _Batcher(run) if run is not None else None
+    batcher = PointBatcher(run) if run is not None else None
     config: dict[str, Any] = {}
     saw_config = False
     summary: dict[str, Any] = {}
@@ -332,7 +332,7 @@ def _scan(
             if batcher is None:
                 report.points += len(parsed.metrics) if parsed.step is not None else 0
             else:
-                for key, step, value, at in _line_points(run.pk, number, parsed, report):  # type: ignore[union-attr]
+                for key, step, value, at in record_points(run.pk, number, parsed, report):  # type: ignore[union-attr]
                     batcher.add(key, step, value, at)
                 if len(batcher.points) >= POINTS_PER_INGEST:
                     batcher.flush()
@@ -343,7 +343,7 @@ def _scan(
             config.update(parsed.config)
             saw_config = True
         if parsed.summary is not None:
-            _flatten(parsed.summary, "", summary)
+            flatten_metrics(parsed.summary, "", summary)
             report.summary_line = number
         if parsed.artifact is not None and parsed.artifact not in report.artifacts:
             report.artifacts.append(parsed.artifact)

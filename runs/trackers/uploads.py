@@ -277,13 +277,41 @@ def tracker_import_file(
         with path.open("rb") as handle:
             yield from iter(lambda: handle.read(READ_BYTES), b"")
 
+    return tracker_import_stream(
+        run_id=run_id,
+        blocks=blocks,
+        filename=path.name,
+        size=size,
+        strict=strict,
+        door=door,
+        actor_label=actor_label,
+        progress=progress,
+    )
+
+
+def tracker_import_stream(
+    *,
+    run_id: int,
+    blocks: Callable[[], Iterable[bytes]],
+    filename: str,
+    size: int = 0,
+    strict: bool = False,
+    door: str = Door.SYSTEM,
+    actor: User | None = None,
+    actor_label: str = "",
+    progress: Callable[[ImportReport], None] | None = None,
+) -> TrackerImport:
+    """Import a stream of blocks (a file here, or a URL read through the importers of
+    ``marin_site.importing``) in this process, recorded as an import of the run like an
+    upload. ``blocks`` gives a fresh stream each call (``strict`` reads it twice)."""
     if not Run.objects.filter(pk=run_id).exists():
         raise DomainError(f"No run {run_id}.")
     upload = TrackerImport.objects.create(
         run_id=run_id,
         door=door,
-        actor_label=actor_label,
-        filename=path.name[:255],
+        actor=actor if isinstance(actor, User) else None,
+        actor_label=actor_label[:100],
+        filename=filename[:255],
         size_bytes=size,
         state=TrackerImportState.RUNNING,
         started_at=timezone.now(),
