@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from allauth.socialaccount.models import SocialAccount
 from django.core.management import call_command
+from django.test import Client
 from django.utils.dateparse import parse_datetime
 
 from marin_site.events import Verb
@@ -138,6 +139,9 @@ def test_every_experiment_issue_and_comment_comes_in_quietly(
     assert first.author_label == "@percy on GitHub"
     assert sub.comments.get().body == "Stale: closing."
     assert Event.objects.filter(verb=Verb.IMPORTED).count() == 3
+    page = Client().get(sub.get_absolute_url()).content.decode()
+    assert "a sub-issue of #1" in page and 'id="github-imported"' in page
+    assert 'datetime="2024-07-01T10:00:00+00:00"' in page  # closed on GitHub
     # Nothing written to GitHub, nothing queued to write.
     assert github_on.writes() == []
     assert not GitHubOutbox.objects.exists()
