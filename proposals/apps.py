@@ -15,6 +15,9 @@ class ProposalsConfig(AppConfig):
 
         invalidation.register("proposals", *RULES)
         _links_register()
+        from proposals import importers
+
+        importers.register()
 
 
 def _links_register() -> None:

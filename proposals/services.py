@@ -638,6 +638,45 @@ def proposal_record_outcome(
 
 
 @transaction.atomic
+def proposal_outcome_found(
+    *,
+    proposal_id: int,
+    actor: Actor | None,
+    actor_label: str,
+    outcome: str,
+    conclusion: str,
+    results: str,
+    door: str,
+) -> bool:
+    """An imported proposal's verdict as an editorial source found it (the outcome digest:
+    ``proposals/importers.py``, whose doors ask the import permission). Outside the review
+    lifecycle, so no plan and no GitHub write; False when it would change nothing."""
+    proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
+    if proposal.state != State.IMPORTED:
+        raise DomainError(f"Proposal {proposal_id} is not an imported issue.")
+    if outcome not in Outcome.values:
+        raise ValidationError({"outcome": [f"must be one of {', '.join(Outcome.values)}"]})
+    if (proposal.outcome, proposal.conclusion, proposal.results) == (outcome, conclusion, results):
+        return False
+    previous = proposal.outcome
+    proposal.outcome, proposal.conclusion, proposal.results = outcome, conclusion, results
+    proposal.concluded_at = timezone.now()
+    proposal.full_clean(exclude=["author", "plan", "recipe"])
+    proposal.save(update_fields=["outcome", "conclusion", "results", "concluded_at", "updated_at"])
+    event_record(
+        proposal=proposal,
+        actor=actor,
+        actor_label=actor_label,
+        verb=Verb.OUTCOME_RECORDED,
+        door=door,
+        from_state=previous,
+        to_state=outcome,
+        message=conclusion[:500],
+    )
+    return True
+
+
+@transaction.atomic
 def proposal_hold(
     *, proposal_id: int, actor: Actor, hold: bool, door: str = Door.WEB, reason: str = ""
 ) -> Proposal:

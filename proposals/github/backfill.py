@@ -37,6 +37,7 @@ from django.utils import timezone
 
 from marin_site.doors import Door
 from marin_site.events import Verb
+from marin_site.invalidation import rows_changed
 from proposals.github.accounts import github_account, github_login, github_roles_sync
 from proposals.github.body import EXPERIMENT_LABELS, issue_fields
 from proposals.github.issues import (
@@ -347,6 +348,7 @@ class Backfill:
                 github_closed_at=closed_at,
                 github_mirror={**proposal.github_mirror, **mirror},
             )
+            rows_changed(Proposal, [proposal.pk])
             return "updated"
         if (
             proposal is not None
@@ -390,6 +392,8 @@ class Backfill:
         proposal.save()
         proposal.labels.set(self._labels(ours[:20]))
         if proposal.github_created_at:
+            # The issue's date, not today's (auto_now_add); the save above, in this same
+            # transaction, already made the proposal's pages stale.
             Proposal.objects.filter(pk=proposal.pk).update(created_at=proposal.github_created_at)
         if created:
             Event.build(
@@ -479,6 +483,7 @@ class Backfill:
         }
         self._accounts_prefetch([c["user"] for _, c in comments if isinstance(c.get("user"), dict)])
         refused: dict[int, list[int]] = {}
+        touched: list[Any] = []  # rows written past the signals: their pages go stale
         fresh: list[tuple[Comment, datetime | None]] = []
         present: set[int] = set()
         for number, comment in comments:
@@ -501,6 +506,7 @@ class Backfill:
                     counts["comments_unchanged"] += 1
                     continue
                 Comment.objects.filter(pk=pk).update(body=body, github_updated_at=updated_at)
+                touched.append(pk)
                 counts["comments_updated"] += 1
                 continue
             login = github_login(user_data)
@@ -518,7 +524,10 @@ class Backfill:
             for row, (_, created_at) in zip(rows, fresh, strict=True):
                 row.created_at = created_at or row.created_at
             Comment.objects.bulk_update(rows, ["created_at"])  # auto_now_add set it to now
+            touched += rows
             counts["comments_created"] += len(rows)
+        if touched:
+            rows_changed(Comment, touched)
         for proposal_id, refused_ids in refused.items():
             proposal = Proposal.objects.select_for_update().get(pk=proposal_id)
             known = set(proposal.github_mirror.get("refused_comments") or [])

@@ -312,7 +312,7 @@ def _dispatch(event: str, action: str, payload: dict[str, Any]) -> Result:
             return settled
         if is_bot(payload.get("sender")):
             return ignored(f"a bot's {action} starts no proposal")
-        if action != "opened" and not _recent_open_issue(issue):
+        if action in MIRROR_ACTIONS or (action != "opened" and not _recent_open_issue(issue)):
             # An old experiment issue (closed, or older than the last backfill): mirrored
             # quietly as an imported proposal, never answered with a draft and a comment.
             return imported_issue_apply(issue)
@@ -354,6 +354,7 @@ def _recent_open_issue(issue: dict[str, Any]) -> bool:
 
 
 OPENING_ACTIONS = {"opened", "labeled", "edited", "reopened"}
+MIRROR_ACTIONS = {"closed", "unlabeled"}  # on an old experiment issue: mirrored, quietly
 
 
 def _unlinked_outcome(event: str, action: str, issue: dict[str, Any]) -> Result | None:
@@ -365,8 +366,8 @@ def _unlinked_outcome(event: str, action: str, issue: dict[str, Any]) -> Result 
         return ignored("the issue is not linked to a proposal")
     if is_own_text(issue.get("body")):
         return ignored("an issue the site opened")  # its link may not be stored yet
-    if action in OPENING_ACTIONS and is_experiment(issue_labels(issue)):
-        return None
+    if action in OPENING_ACTIONS | MIRROR_ACTIONS and is_experiment(issue_labels(issue)):
+        return None  # opened: a proposal; otherwise new ones too, old ones only mirrored
     return ignored("not an experiment issue")
 
 

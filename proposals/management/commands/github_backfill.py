@@ -39,14 +39,17 @@ def _since(value: str) -> datetime:
 class TqdmProgress(Progress):
     """A bar per phase on stderr: counts, rate and, once GitHub says how many pages, ETA."""
 
-    def __init__(self, enabled: bool) -> None:
+    def __init__(self, enabled: bool, stream: Any = None) -> None:
         self.enabled = enabled
+        self.stream = stream
         self.bar: Any = None
         super().__init__(start=self._start, advance=self._advance, total=self._total)
 
     def _start(self, phase: str, total: int | None) -> None:
         self.close()
-        self.bar = tqdm(desc=phase, total=total, unit="item", disable=not self.enabled)
+        self.bar = tqdm(
+            desc=phase, total=total, unit="item", disable=not self.enabled, file=self.stream
+        )
 
     def _advance(self, n: int) -> None:
         if self.bar is not None:
@@ -105,7 +108,9 @@ class Command(BaseCommand):
         limit = options["limit"]
         if limit is not None and limit < 1:
             raise CommandError("--limit: must be at least 1.")
-        progress = TqdmProgress(enabled=not options["no_progress"])
+        progress = TqdmProgress(
+            enabled=not options["no_progress"], stream=getattr(self.stderr, "_out", None)
+        )
         reader = RestReader(base_url=settings.GITHUB_API_URL, token=settings.GITHUB_TOKEN)
         backfill = Backfill(
             reader=reader,

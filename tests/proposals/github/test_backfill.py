@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 from allauth.socialaccount.models import SocialAccount
 from django.core.management import call_command
+from django.test import Client
 from django.utils.dateparse import parse_datetime
 
 from marin_site.events import Verb
@@ -138,6 +139,9 @@ def test_every_experiment_issue_and_comment_comes_in_quietly(
     assert first.author_label == "@percy on GitHub"
     assert sub.comments.get().body == "Stale: closing."
     assert Event.objects.filter(verb=Verb.IMPORTED).count() == 3
+    page = Client().get(sub.get_absolute_url()).content.decode()
+    assert "a sub-issue of #1" in page and 'id="github-imported"' in page
+    assert 'datetime="2024-07-01T10:00:00+00:00"' in page  # closed on GitHub
     # Nothing written to GitHub, nothing queued to write.
     assert github_on.writes() == []
     assert not GitHubOutbox.objects.exists()
@@ -287,3 +291,30 @@ def test_dry_run_stores_nothing(github_on: FakeGitHub, recipe: Any) -> None:
 def test_no_recipe_is_refused_in_words(github_on: FakeGitHub) -> None:
     with pytest.raises(Exception, match="no active recipe"):
         backfill()
+
+
+def test_since_reads_only_what_changed_after_it(github_on: FakeGitHub, recipe: Any) -> None:
+    github_on.add_issue(
+        title="Old", body=BODY, labels=["experiment"], created_at="2024-01-01T00:00:00Z"
+    )
+    new = github_on.add_issue(title="New", body=BODY, labels=["experiment"])  # updated now
+    out, _ = backfill("--since", "2025-01-01")
+    assert "finished" in out
+    assert list(Proposal.objects.values_list("github_issue_number", flat=True)) == [new["number"]]
+    with pytest.raises(Exception, match="--since: 'yesterday' is not a date"):
+        backfill("--since", "yesterday")
+
+
+def test_the_progress_bar_counts_each_phase(
+    github_on: FakeGitHub, recipe: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.setattr(backfill_module, "PER_PAGE", 1)  # rel="last": a total, so an ETA
+    for n in range(3):
+        github_on.add_issue(title=f"Run {n}", body=BODY, labels=["experiment"])
+    out, err = StringIO(), StringIO()
+    call_command("github_backfill", REPO, "--label", "experiment", stdout=out, stderr=err)
+    bars = err.getvalue()
+    assert "issues labelled experiment" in bars and "3/3" in bars  # the count of the total
+    assert "<00:00" in bars  # the ETA
+    assert "comments" in bars
+    assert "issues seen: 3" in out.getvalue()

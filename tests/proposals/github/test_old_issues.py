@@ -151,3 +151,15 @@ def test_a_bot_comment_on_a_linked_proposal_runs_no_command(
     assert outcome == "applied" and "not run" in detail
     assert not GitHubOutbox.objects.filter(operation="comment_create").exists()
     assert not Proposal.objects.get().on_hold
+
+
+@pytest.mark.parametrize("name", ["closed.zulip.json", "unlabeled.with-organization.json"])
+def test_an_unlinked_old_experiment_issue_closed_or_unlabelled_is_mirrored(
+    github_on: FakeGitHub, client: Any, recipe: Any, name: str
+) -> None:
+    payload = experiment(real("issues", name))
+    payload["issue"]["created_at"] = now_text()  # even a new one: closing starts no draft
+    outcome, detail = deliver(client, "issues", payload)
+    assert outcome == "applied", detail
+    assert Proposal.objects.get().state == State.IMPORTED
+    assert not GitHubOutbox.objects.exists()
