@@ -24,7 +24,7 @@ from runs.services import runs as run_writes
 from tests.factories import ProposalFactory
 from tests.runs.pools.pool_helpers import ONE_RUN, make_pool, offered_plan
 from tests.runs.runs_helpers import launched_plan
-from tests.system.door_fuzz import Fuzzer, peak_rss_mb
+from tests.system.door_fuzz import Fuzzer, peak_rss_mb, rss_mb
 
 SEED = int(os.environ.get("DOOR_FUZZ_SEED", "29"))
 CLASSES = int(os.environ.get("DOOR_FUZZ_CLASSES", "2"))  # input classes tried per field
@@ -55,6 +55,7 @@ def build_world(
     a launched plan with a running run and its token, a pool with an agent holding a lease
     and a fresh registration token, a campaign, and a maintainer's API token."""
     settings.GITHUB_WEBHOOK_SECRET = WEBHOOK_SECRET
+    rss_before = rss_mb()
     proposal = ProposalFactory.create(author=contributor, recipe=recipe)
     proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
     review = Review.objects.create(
@@ -85,6 +86,7 @@ def build_world(
     token, _ = Token.objects.get_or_create(user=maintainer)
     return {
         "maintainer": maintainer,
+        "rss_before_mb": rss_before,
         "token": token.key,
         "run": run.pk,
         "run_token": tokens.run_token(run=run),
@@ -133,6 +135,7 @@ def report(fuzzer: Fuzzer, name: str) -> None:
         "requests": fuzzer.tally.total,
         "failures": fuzzer.tally.failures,
         "peak_rss_mb": peak_rss_mb(),
+        "rss_before_mb": fuzzer.world.get("rss_before_mb", 0.0),
     }
     out.write_text(json.dumps(data, indent=1))
 
