@@ -17,6 +17,7 @@ from rest_framework.authtoken.models import Token
 from proposals.models import Comment, Review
 from proposals.services import proposal_transition
 from runs import tokens
+from runs.alerts.models import AlertKind, AlertRule
 from runs.campaigns.models import Campaign
 from runs.models import Run, RunState
 from runs.pools import leases, services
@@ -83,6 +84,7 @@ def build_world(
     campaign = Campaign.objects.create(
         slug="long-run", name="A long run", target_tokens=1e9, target_flops=1e18
     )
+    rule = AlertRule.objects.create(recipe=recipe, kind=AlertKind.SPIKE, key="loss")
     token, _ = Token.objects.get_or_create(user=maintainer)
     return {
         "maintainer": maintainer,
@@ -117,6 +119,7 @@ def build_world(
             "pools": pool.name,
             "campaigns": campaign.slug,
             "agents": agent.pk,
+            "alert-rules": rule.pk,
             "agent_id": agent.pk,
             "lease_id": lease.pk,
         },
