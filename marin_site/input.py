@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import unquote_to_bytes
 
 from django import forms
-from django.core.exceptions import ValidationError
+from django.core.exceptions import FieldDoesNotExist, ValidationError
 
 from marin_site.untrusted import INT_LIMIT, MAX_DEPTH, text_problem, untrusted_problem
 
@@ -294,6 +294,8 @@ class PolicyJSONField(forms.JSONField):
     a RecursionError or Python's digit limit), and showing back exactly what was typed."""
 
     def to_python(self, value: Any) -> Any:
+        if not self.disabled and value in self.empty_values and self._policy_empty is not None:
+            return self._policy_empty()  # the model's column takes no NULL: its default
         if self.disabled or value in self.empty_values:
             return super().to_python(value)
         if isinstance(value, list | dict | int | float | forms.fields.JSONString):
@@ -310,6 +312,7 @@ class PolicyJSONField(forms.JSONField):
         return forms.fields.InvalidJSONInput(data) if data is not None else None
 
     _policy_name = ""
+    _policy_empty: Any = None
 
 
 def _visible_validator(field_name: str) -> Any:
@@ -322,6 +325,16 @@ def _visible_validator(field_name: str) -> Any:
 
     validate.field_name = field_name  # type: ignore[attr-defined]
     return validate
+
+
+def _model_field(form: forms.BaseForm, name: str) -> Any:
+    model = getattr(getattr(form, "_meta", None), "model", None)
+    if model is None:
+        return None
+    try:
+        return model._meta.get_field(name)
+    except FieldDoesNotExist:  # a form field that is not the model's
+        return None
 
 
 def form_apply_policy(form: forms.BaseForm) -> None:
@@ -343,6 +356,9 @@ def form_apply_policy(form: forms.BaseForm) -> None:
             )
             policy.validators = list(field.validators)
             policy._policy_name = name
+            model_field = _model_field(form, name)
+            if model_field is not None and not model_field.null:
+                policy._policy_empty = model_field.get_default
             form.fields[name] = policy
         elif isinstance(field, forms.CharField) and name in VISIBLE_FIELDS:
             field.validators.append(_visible_validator(name))

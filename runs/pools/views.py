@@ -152,7 +152,7 @@ def pool_token_create(request: HttpRequest, name: str) -> HttpResponse:
         messages.error(
             request, "; ".join(f"{k}: {' '.join(v)}" for k, v in exc.message_dict.items())
         )
-        return redirect(pool)
+        return _pool_page(request, pool, status=400)  # refused: the page says why, no token
     except DomainError as exc:
         raise PermissionDenied(exc.message) from exc
     return _pool_page(request, pool, new_token=plain, status=201)

@@ -17,6 +17,7 @@ from rest_framework.authtoken.models import Token
 from proposals.models import Comment, Review
 from proposals.services import proposal_transition
 from runs import tokens
+from runs.alerts.models import AlertKind, AlertRule
 from runs.campaigns.models import Campaign
 from runs.models import Run, RunState
 from runs.pools import leases, services
@@ -24,7 +25,7 @@ from runs.services import runs as run_writes
 from tests.factories import ProposalFactory
 from tests.runs.pools.pool_helpers import ONE_RUN, make_pool, offered_plan
 from tests.runs.runs_helpers import launched_plan
-from tests.system.door_fuzz import Fuzzer, peak_rss_mb
+from tests.system.door_fuzz import Fuzzer, peak_rss_mb, rss_mb
 
 SEED = int(os.environ.get("DOOR_FUZZ_SEED", "29"))
 CLASSES = int(os.environ.get("DOOR_FUZZ_CLASSES", "2"))  # input classes tried per field
@@ -55,6 +56,7 @@ def build_world(
     a launched plan with a running run and its token, a pool with an agent holding a lease
     and a fresh registration token, a campaign, and a maintainer's API token."""
     settings.GITHUB_WEBHOOK_SECRET = WEBHOOK_SECRET
+    rss_before = rss_mb()
     proposal = ProposalFactory.create(author=contributor, recipe=recipe)
     proposal_transition(proposal_id=proposal.pk, action="submit", actor=contributor)
     review = Review.objects.create(
@@ -82,9 +84,11 @@ def build_world(
     campaign = Campaign.objects.create(
         slug="long-run", name="A long run", target_tokens=1e9, target_flops=1e18
     )
+    rule = AlertRule.objects.create(recipe=recipe, kind=AlertKind.SPIKE, key="loss")
     token, _ = Token.objects.get_or_create(user=maintainer)
     return {
         "maintainer": maintainer,
+        "rss_before_mb": rss_before,
         "token": token.key,
         "run": run.pk,
         "run_token": tokens.run_token(run=run),
@@ -115,6 +119,7 @@ def build_world(
             "pools": pool.name,
             "campaigns": campaign.slug,
             "agents": agent.pk,
+            "alert-rules": rule.pk,
             "agent_id": agent.pk,
             "lease_id": lease.pk,
         },
@@ -133,6 +138,7 @@ def report(fuzzer: Fuzzer, name: str) -> None:
         "requests": fuzzer.tally.total,
         "failures": fuzzer.tally.failures,
         "peak_rss_mb": peak_rss_mb(),
+        "rss_before_mb": fuzzer.world.get("rss_before_mb", 0.0),
     }
     out.write_text(json.dumps(data, indent=1))
 

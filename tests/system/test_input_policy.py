@@ -330,3 +330,25 @@ def test_recipe_edit_with_a_name_that_cannot_be_a_url_is_refused_not_a_500(
     )
     assert response.status_code == 400
     assert Recipe.objects.get(pk=recipe.pk).name == recipe.name
+
+
+@pytest.mark.parametrize("field", JSON_FIELDS)
+def test_an_empty_json_text_area_is_not_a_null_in_the_database(
+    maintainer: Any, recipe: Recipe, field: str
+) -> None:
+    response = _signed_in(maintainer).post(
+        f"/recipes/{recipe.name}/v{recipe.version}/edit/", _recipe_form(**{field: ""})
+    )
+    assert response.status_code in {302, 400}, (field, response.status_code)
+
+
+@pytest.mark.parametrize(("field", "value"), [("note", "a\x00b"), ("days", "a\x00b")])
+def test_a_pool_token_refused_answers_400_and_makes_no_token(
+    maintainer: Any, field: str, value: str
+) -> None:
+    from runs.pools.models import Pool, RegistrationToken
+
+    pool = Pool.objects.create(name="gpu", owner=maintainer, labels=["gpu:a5000"])
+    response = _signed_in(maintainer).post(f"/pools/{pool.name}/tokens/", {field: value})
+    assert response.status_code == 400
+    assert not RegistrationToken.objects.exists()
