@@ -124,8 +124,37 @@ def _series_rows(
         return list(cursor.fetchall())
 
 
+FRESH_ON_READ_MAX = 64  # stale series a read brings up to date itself; more wait for the task
+
+
+def series_refresh_on_read(*, source_ids: set[int], keys: Sequence[str] | None) -> int:
+    """Bring the stale series a chart is about to read up to date first (one query when none
+    is): a point is in the chart data of the next read after its POST commits, not after the
+    debounced refresh task (``series_refresh_soon``, RUNS_SERIES_REFRESH_SECONDS later). Each
+    refresh reads only the points from the key's stale step on (a few buckets' worth); a
+    concurrent read waits on the key's summary row and finds it fresh. At most
+    FRESH_ON_READ_MAX series a read; returns whether any of the runs' series may still be
+    stale (more than that many were, or some of a key not asked for)."""
+    stale = MetricSummary.objects.filter(run_id__in=source_ids, stale_from__isnull=False)
+    pairs = list(
+        stale.order_by("run_id", "key").values_list("run_id", "key")[: FRESH_ON_READ_MAX + 1]
+    )
+    left = len(pairs) > FRESH_ON_READ_MAX
+    wanted = None if keys is None else set(keys)
+    for run_id, key in pairs[:FRESH_ON_READ_MAX]:
+        if wanted is None or key in wanted:
+            series_refresh_key(run_id=run_id, key=key)
+        else:
+            left = True
+    return left
+
+
 def chart_series(
-    *, source_ids: Iterable[int], keys: Sequence[str] | None, points: int
+    *,
+    source_ids: Iterable[int],
+    keys: Sequence[str] | None,
+    points: int,
+    refresh: bool = True,
 ) -> dict[tuple[int, str], dict[str, np.ndarray]]:
     """Each (source run, key)'s chart arrays, merged down to at most ``points``.
 
@@ -135,6 +164,8 @@ def chart_series(
     source_ids = set(source_ids)
     if not source_ids or (keys is not None and not keys):
         return {}
+    if refresh:  # series_refresh_on_read, unless the caller did
+        series_refresh_on_read(source_ids=source_ids, keys=keys)
     rows = _series_rows(source_ids=source_ids, keys=keys, points=points)
     if not rows:
         return {}
@@ -244,13 +275,11 @@ def _payload(
     declarations: dict[tuple[str, str], dict[str, MetricDeclaration]],
 ) -> dict[str, Any]:
     sources = {line.source for line in lines}
-    arrays = chart_series(source_ids=sources, keys=keys, points=points)
+    stale = bool(sources) and series_refresh_on_read(source_ids=sources, keys=keys)
+    arrays = chart_series(source_ids=sources, keys=keys, points=points, refresh=False)
     names = sorted({key for _, key in arrays}) if keys is None else list(keys)
     recipes = [line.recipe for line in lines]
     shown = display.shared_displays(names, declarations, recipes)
-    stale = bool(sources) and (
-        MetricSummary.objects.filter(run_id__in=sources, stale_from__isnull=False).exists()
-    )
     return {
         # Polling stops once nothing can change: every run ended and its series caught up.
         "active": stale or any(line.state not in TERMINAL_RUN_STATES for line in lines),

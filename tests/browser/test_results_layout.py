@@ -17,6 +17,7 @@ from proposals.models import Proposal, State
 from runs.metrics import ingest
 from runs.metrics.parse import PointBatch
 from runs.models import Plan, Run, RunState
+from runs.series import charts as series_charts
 from runs.series import rollup
 from runs.services import runs as run_writes
 from tests.browser.conftest import BrowserSession, sign_in
@@ -168,10 +169,16 @@ def test_ticked_runs_persist_across_proposals_and_compare_dashes_by_a_second_axi
 
 
 def test_a_chart_whose_key_has_no_points_yet_says_so_instead_of_drawing(
-    browser_session: BrowserSession, chromium: Browser, recipe: Any, contributor: Any
+    browser_session: BrowserSession,
+    chromium: Browser,
+    recipe: Any,
+    contributor: Any,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A run has logged train/loss, but the chart rollup has not caught up (the worker's
-    refresh is pending): the chart says "No points yet." instead of drawing empty axes."""
+    refresh is pending, and the read rolls up nothing itself: more series are stale than a
+    read refreshes): the chart says "No points yet." instead of drawing empty axes."""
+    monkeypatch.setattr(series_charts, "FRESH_ON_READ_MAX", 0)
     plan = launched_plan(recipe, SPEC)
     proposal = ProposalFactory.create(
         author=contributor, recipe=recipe, state=State.APPROVED, plan=plan, title="Catching up"

@@ -23,8 +23,9 @@ def test_run_page_is_public_and_shows_state_metrics_and_timeline(
     run_writes.run_transition(run_id=run.pk, to_state=RunState.RUNNING, door="worker")
     MetricSummary.objects.create(run=run, key="eval/loss", last=2.25, min=2.0, max=5.0, step=9)
     # A fixed count: the run, its summaries, declarations, imports, events, leases,
-    # artifacts, whether a newer run replaced it, the page that shows its plan, and its alerts.
-    with django_assert_max_num_queries(11):
+    # artifacts, whether a newer run replaced it, the page that shows its plan, its alerts
+    # and its flagged metrics.
+    with django_assert_max_num_queries(12):
         response = client.get(run.get_absolute_url())
     page = response.content.decode()
     assert response.status_code == 200

@@ -4,6 +4,7 @@ corrupt lines, strict refusal, bounded memory, the command."""
 from __future__ import annotations
 
 import io
+import json
 import tracemalloc
 from pathlib import Path
 from typing import Any
@@ -173,3 +174,31 @@ def test_an_import_reaches_a_finished_run(run: Run, tmp_path: Path) -> None:
     run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     tracker_uploads.tracker_import_file(run_id=run.pk, path=write(tmp_path, json_logger_lines(5)))
     assert MetricPoint.objects.filter(run=run, key="train/loss").count() == 5
+
+
+def test_a_key_that_does_not_fit_its_declaration_is_imported_and_flagged(
+    run: Run, tmp_path: Path
+) -> None:
+    """An import keeps what the trainer logged, as the other doors do: the drop fraction
+    logged as 250 is stored, flagged once, and named in the import's message."""
+    from marin_site.events import Verb
+    from runs.metrics import declarations as metric_declarations
+    from runs.models import MetricFlag, Recipe
+
+    recipe = Recipe.objects.get(name=run.recipe_name, version=run.recipe_version)
+    recipe.metrics = [{"key": "moe/drop_fraction", "unit": "fraction"}]
+    recipe.save()
+    metric_declarations.declarations_forget()
+    lines = [
+        json.dumps({"step": s, "train/loss": 3 - s / 10, "moe/drop_fraction": v})
+        for s, v in ((0, 0.05), (1, 250.0), (2, 0.04))
+    ]
+    upload = tracker_uploads.tracker_import_file(run_id=run.pk, path=write(tmp_path, lines))
+    assert upload.state == "done"
+    stored = MetricPoint.objects.filter(run=run, key="moe/drop_fraction")
+    assert sorted(stored.values_list("value", flat=True)) == [0.04, 0.05, 250.0]
+    assert MetricPoint.objects.filter(run=run, key="train/loss").count() == 3
+    flag = MetricFlag.objects.get(run=run, key="moe/drop_fraction")
+    assert (flag.step, flag.value, flag.resolved_at) == (1, 250.0, None)
+    assert "flagged" in upload.message and "moe/drop_fraction" in upload.message
+    assert RunEvent.objects.filter(run=run, verb=Verb.METRIC_FLAGGED).count() == 1
