@@ -17,6 +17,8 @@
   shows the plan (its proposal's page) or None. A run's page links back to it. Asked.
 - ``alert_changed``: kwargs ``alert_id``, ``run_id``, ``plan_id`` and ``opened`` (True when
   the alert opened, False when it closed): an alert on a run's metrics (``runs.alerts``).
+- ``dry_run_finished``: kwargs ``dry_run_id`` and ``subject`` (what it was asked for, e.g.
+  ``proposal-12``): a dry run ended; sent after it is stored.
 - ``intervention_recorded``: kwargs ``intervention_id`` and ``campaign_id``: a maintainer
   recorded a change to a campaign (``runs.campaigns``).
 
@@ -34,3 +36,4 @@ plan_owners = Signal()
 plan_pages = Signal()
 alert_changed = Signal()
 intervention_recorded = Signal()
+dry_run_finished = Signal()
