@@ -25,6 +25,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from marin_site.errors import DomainError
+from marin_site.nudges import nudge
 from runs.executors import ExecutorError, JobSpec, JobState, get_executor
 from runs.models import DryRun, DryRunState, Recipe
 from runs.signals import dry_run_finished
@@ -105,7 +106,9 @@ def dry_run_start(
             raise DomainError(f"The recipe's dry run cannot be filled: {exc}") from exc
         dry_run.command = shlex.join(filled.shown)
         dry_run.save(update_fields=["command"])
-        transaction.on_commit(lambda: dry_run_submit(dry_run_id=dry_run.pk), robust=True)
+        nudge(
+            "runs.dry_run_submit", dry_run_id=dry_run.pk
+        )  # a worker starts it; else the reconciler
     return dry_run
 
 
