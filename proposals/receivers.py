@@ -19,6 +19,7 @@ from django.utils.text import slugify
 
 from proposals.follows import notice_add
 from proposals.github.issues import pending_issues_import
+from proposals.github.outbox.enqueue import outbox_proposal_changed
 from proposals.models import Proposal
 from proposals.services import proposal_plan_owners, proposal_plans_reconcile
 from runs.alerts.models import Alert
@@ -26,6 +27,7 @@ from runs.campaigns.models import Campaign, Intervention
 from runs.models import Recipe
 from runs.signals import (
     alert_changed,
+    dry_run_finished,
     intervention_recorded,
     plan_finished,
     plan_named,
@@ -89,6 +91,18 @@ def on_recipe_saved(sender: Any, instance: Recipe, **kwargs: Any) -> None:
 def on_reconcile_pass_pending_issues(sender: Any, **kwargs: Any) -> dict[str, int]:
     """Each pass of the reconciler also imports kept issues whose recipe now exists."""
     return pending_issues_import()
+
+
+@receiver(dry_run_finished, dispatch_uid="proposals.github.dry_run_finished")
+def on_dry_run_finished(sender: Any, *, subject: str, **kwargs: Any) -> None:
+    """A proposal's dry run ended: its issue's status comment says how it went."""
+    prefix, _, number = subject.partition("-")
+    if prefix != "proposal" or not number.isdigit():
+        return
+    proposal = Proposal.objects.filter(pk=int(number)).first()
+    if proposal is not None:
+        with transaction.atomic():
+            outbox_proposal_changed(proposal=proposal)
 
 
 @receiver(plan_finished, dispatch_uid="proposals.follows.plan_finished")

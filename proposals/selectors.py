@@ -30,7 +30,8 @@ from marin_site.doors import Door
 from marin_site.events import verb_label
 from marin_site.fragments import Fragments
 from proposals.models import Comment, Event, Outcome, Proposal, Review, State
-from runs.models import Run, RunEvent, RunState
+from runs.models import DryRun, Run, RunEvent, RunState
+from runs.services.dry_runs import dry_run_line
 
 # The proposal page shows this many of the latest timeline entries; the API has them all.
 TIMELINE_PAGE_ROWS = 200
@@ -261,6 +262,8 @@ def proposal_status_text(proposal: Proposal) -> str:
         progress = plan_run_progress(plan_id=proposal.plan_id)
         if progress:
             text += f"; runs: {progress}"
+    elif latest := DryRun.objects.filter(subject=f"proposal-{proposal.pk}").order_by("-pk").first():
+        text += f"; {dry_run_line(latest)}"
     return text
 
 

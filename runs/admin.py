@@ -12,6 +12,7 @@ from marin_site.events import Verb
 from marin_site.input import PolicyModelForm
 from runs.models import (
     Agent,
+    DryRun,
     Lease,
     MetricSeries,
     MetricSummary,
@@ -151,6 +152,13 @@ class TrackerImportChunkAdmin(admin.ModelAdmin):
     list_display = ["tracker_import", "index"]
     raw_id_fields = ["tracker_import"]
     exclude = ["data"]  # up to 1 MB of an upload
+
+
+@admin.register(DryRun)
+class DryRunAdmin(admin.ModelAdmin):
+    list_display = ["id", "subject", "recipe", "state", "created_at", "finished_at"]
+    list_filter = ["state"]
+    readonly_fields = [f.name for f in DryRun._meta.fields]
 
 
 @admin.register(RunEvent)

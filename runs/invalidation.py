@@ -50,4 +50,5 @@ RULES = (
     Rule("runs.Campaign", "campaign pages, the home page's campaigns", versions=_campaign_list),
     Rule("runs.CampaignRun", "a campaign's runs"),
     Rule("runs.Intervention", "a campaign's interventions"),
+    Rule("runs.DryRun", "a proposal's dry runs beside its plan"),
 )

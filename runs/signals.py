@@ -20,6 +20,8 @@
   takes these as experiment names beside ``plan-<id>``. Asked.
 - ``alert_changed``: kwargs ``alert_id``, ``run_id``, ``plan_id`` and ``opened`` (True when
   the alert opened, False when it closed): an alert on a run's metrics (``runs.alerts``).
+- ``dry_run_finished``: kwargs ``dry_run_id`` and ``subject`` (what it was asked for, e.g.
+  ``proposal-12``): a dry run ended; sent after it is stored.
 - ``intervention_recorded``: kwargs ``intervention_id`` and ``campaign_id``: a maintainer
   recorded a change to a campaign (``runs.campaigns``).
 
@@ -38,3 +40,4 @@ plan_pages = Signal()
 plan_named = Signal()
 alert_changed = Signal()
 intervention_recorded = Signal()
+dry_run_finished = Signal()

@@ -12,7 +12,7 @@ from runs.alerts.tasks import (  # noqa: F401  (registered with the others)
 )
 from runs.results import summary as results
 from runs.series import rollup
-from runs.services import dispatch, reconcile
+from runs.services import dispatch, dry_runs, reconcile
 from runs.trackers import uploads as tracker_uploads
 
 
@@ -35,6 +35,11 @@ def run_reconcile_task(*, run_id: int) -> str:
 @shared_task(name="runs.plan_stop", time_limit=120, soft_time_limit=100)
 def plan_stop_task(*, plan_id: int) -> int:
     return reconcile.plan_stop(plan_id=plan_id)
+
+
+@shared_task(name="runs.dry_run_submit", time_limit=60, soft_time_limit=50)
+def dry_run_submit_task(*, dry_run_id: int) -> str:
+    return dry_runs.dry_run_submit(dry_run_id=dry_run_id)
 
 
 @shared_task(name="runs.plan_check_finished", time_limit=60, soft_time_limit=50)

@@ -25,8 +25,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from marin_site.errors import DomainError
+from marin_site.nudges import nudge
 from runs.executors import ExecutorError, JobSpec, JobState, get_executor
 from runs.models import DryRun, DryRunState, Recipe
+from runs.signals import dry_run_finished
 from runs.specs.commands import CommandError, Launch, RunValues, command_fill
 from runs.specs.compute import FormulaError, run_cost
 
@@ -104,7 +106,9 @@ def dry_run_start(
             raise DomainError(f"The recipe's dry run cannot be filled: {exc}") from exc
         dry_run.command = shlex.join(filled.shown)
         dry_run.save(update_fields=["command"])
-        transaction.on_commit(lambda: dry_run_submit(dry_run_id=dry_run.pk), robust=True)
+        nudge(
+            "runs.dry_run_submit", dry_run_id=dry_run.pk
+        )  # a worker starts it; else the reconciler
     return dry_run
 
 
@@ -186,14 +190,36 @@ def dry_run_settle(*, dry_run_id: int) -> DryRun | None:
     except ExecutorError:
         output = ""
     ok = status.state == JobState.SUCCEEDED
-    DryRun.objects.filter(pk=dry_run_id, state=DryRunState.RUNNING).update(
+    ended = DryRun.objects.filter(pk=dry_run_id, state=DryRunState.RUNNING).update(
         state=DryRunState.SUCCEEDED if ok else DryRunState.FAILED,
         reason="" if ok else (status.message or status.state)[:2000],
         output=output,
         figures=dry_run_figures(output),
         finished_at=timezone.now(),
     )
+    if ended:  # the issue's status comment says how it went (proposals listens)
+        dry_run_finished.send_robust(sender=DryRun, dry_run_id=dry_run_id, subject=dry_run.subject)
     return DryRun.objects.get(pk=dry_run_id)
+
+
+def dry_run_line(dry_run: DryRun) -> str:
+    """A dry run in words, its figures beside the site's estimate (pages, status comments)."""
+    said = []
+    figures, estimate = dry_run.figures or {}, dry_run.estimate or {}
+    if "steps" in figures:
+        said.append(f"{figures['steps']:,.0f} steps")
+    if "flops" in figures:
+        said.append(f"{figures['flops']:.3g} FLOPs")
+    if "cost" in figures:
+        said.append(f"cost {figures['cost']:,.2f}")
+    text = f"dry run {dry_run.pk}: {dry_run.state}"
+    if said:
+        text += " (" + ", ".join(said) + ")"
+    if "flops" in estimate:
+        text += f"; the site's estimate {estimate['flops']:.3g} FLOPs"
+    if dry_run.state == DryRunState.FAILED and dry_run.reason:
+        text += f"; {dry_run.reason[:200]}"
+    return text
 
 
 def dry_runs_settle() -> int:

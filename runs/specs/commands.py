@@ -155,8 +155,14 @@ def command_words(template: Any) -> list[str]:
 def command_store(template: Any) -> str:
     """How a command (text or a list of arguments) is stored: its words, shell-quoted."""
     if isinstance(template, list):
-        return shlex.join(command_words(template))
+        return " ".join(_quoted(word) for word in command_words(template))
     return template if isinstance(template, str) else ""
+
+
+def _quoted(word: str) -> str:
+    """A word as ``shlex.split`` reads it back: bare when it can be (placeholders stay
+    readable: ``{python}``), quoted otherwise."""
+    return word if re.fullmatch(r"[\w@%+=:,./{}$-]+", word) else shlex.quote(word)
 
 
 _TOKEN = re.compile(

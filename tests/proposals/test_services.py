@@ -709,3 +709,22 @@ def test_a_pool_launches_only_for_its_launchers(
     assert (
         "may not launch on 'pool:gpu' (who may: olga)" in refused.value.message_dict["executor"][0]
     )
+
+
+def test_the_status_says_the_latest_dry_run_beside_the_sites_estimate(
+    contributor: Any, recipe: Any
+) -> None:
+    from proposals.selectors import proposal_status_text
+    from runs.models import DryRun
+
+    proposal = _at(State.SUBMITTED, contributor, recipe)
+    DryRun.objects.create(
+        recipe=recipe,
+        subject=services.dry_run_subject(proposal),
+        state="succeeded",
+        figures={"steps": 2000.0, "flops": 3.82e17, "cost": 12.5},
+        estimate={"flops": 3.9e17, "accelerator_hours": 1.0},
+    )
+    text = proposal_status_text(proposal)
+    assert "succeeded (2,000 steps, 3.82e+17 FLOPs, cost 12.50)" in text
+    assert "the site's estimate 3.9e+17 FLOPs" in text

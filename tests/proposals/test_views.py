@@ -264,6 +264,23 @@ def test_approve_button_for_maintainer(client: Client, recipe: Any, maintainer: 
     assert proposal.events.get(verb="approved").door == "web"
 
 
+def test_the_approval_form_chooses_where_the_runs_go(
+    client: Client, recipe: Any, maintainer: Any
+) -> None:
+    proposal = ProposalFactory.create(recipe=recipe, state=State.SUBMITTED)
+    client.force_login(maintainer)
+    page = client.get(proposal.get_absolute_url()).content.decode()
+    assert 'name="executor"' in page
+    url = f"/proposals/{proposal.pk}/transition/approve/"
+    refused = client.post(url, {"executor": "pool:nowhere"})
+    assert refused.status_code == 400
+    assert b"there is no pool named" in refused.content
+    assert client.post(url, {"executor": "local"}).status_code == 302
+    proposal.refresh_from_db()
+    assert proposal.state == State.APPROVED
+    assert PlanLaunch.objects.get(plan__proposal=proposal).executor == "local"
+
+
 def _launched(author: Any, maintainer: Any, recipe: Any) -> Proposal:
     """An approved proposal whose plan is expanded into queued runs."""
     proposal = ProposalFactory.create(recipe=recipe, author=author, state=State.SUBMITTED)

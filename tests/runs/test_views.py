@@ -195,3 +195,20 @@ def test_run_page_links_back_charts_its_metrics_and_tails_its_log_live(
     run_writes.run_transition(run_id=run.pk, to_state=RunState.FINISHED, door="worker")
     done = client.get(run.get_absolute_url()).content.decode()
     assert 'data-live="false"' in done.split('id="run-log"')[1][:300]
+
+
+def test_a_recipe_page_shows_its_command_and_how_it_is_launched(
+    client: Client, recipe: Any
+) -> None:
+    from runs.services.recipes import recipe_update
+
+    recipe_update(
+        recipe=recipe,
+        data={
+            "command_template": ["{python}", "-m", "launch", "--run"],
+            "launch": {"trainings": "plan", "dry_run": {"drop": ["--run"]}},
+        },
+    )
+    page = client.get(recipe.get_absolute_url()).content.decode()
+    assert "{python} -m launch --run" in page
+    assert "<code>trainings: plan</code>" in page

@@ -13,9 +13,9 @@ from runs.executors.local import LocalExecutor
 from runs.models import DryRun, DryRunState
 from runs.services import dry_runs
 from runs.services.recipes import recipe_update
-from tests.runs.runs_helpers import wait_for
+from tests.runs.runs_helpers import eager_tasks, wait_for  # noqa: F401
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 
 # Prints its plan when given --dry_run true; trains (here: fails) when given --run.
 SCRIPT = (
