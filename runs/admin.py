@@ -14,6 +14,7 @@ from runs.models import (
     Agent,
     DryRun,
     Lease,
+    MetricFlag,
     MetricSeries,
     MetricSummary,
     Plan,
@@ -131,6 +132,17 @@ class MetricSummaryAdmin(admin.ModelAdmin):
 
 # MetricPoint has no admin: Django's admin refuses composite primary keys. Points are read
 # through the run page, the series API and the CSV export.
+
+
+@admin.register(MetricFlag)
+class MetricFlagAdmin(admin.ModelAdmin):
+    """Keys whose values did not fit their declaration; resolved by correcting the recipe's
+    declaration, not here (``runs.metrics.flags`` reads the values again)."""
+
+    list_display = ["run", "key", "reason", "step", "created_at", "resolved_at"]
+    list_filter = ["resolved_at"]
+    raw_id_fields = ["run"]
+    readonly_fields = ["run", "key", "reason", "step", "value", "unit", "created_at", "resolved_at"]
 
 
 @admin.register(MetricSeries)

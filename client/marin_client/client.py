@@ -475,10 +475,10 @@ class RunClient:
         """The per-key lists of a 2xx answer: refused keys' points are spilled, flagged keys
         logged (the site stored them), each key once."""
         for kind, seen in (("refused", self.refused_keys), ("flagged", self.flagged_keys)):
-            for key, reason, first_step in _key_list(answer.get(kind)):
+            for key, reason, first_step, count in _key_list(answer.get(kind)):
                 self._note_key(seen, key, first_step, reason, kind)
                 if kind == "refused":
-                    points = [p for p in batch if p.key == key]
+                    points = _refused_points([p for p in batch if p.key == key], count)
                     self.stats["sent"] -= len(points)
                     self._spill_points(points, f"refused by the site: {reason}")
 
@@ -786,10 +786,22 @@ def _retry_after(exc: urllib.error.HTTPError) -> float:
         return 0.0
 
 
-def _key_list(entries: Any) -> list[tuple[str, str, Any]]:
-    """(key, reason, first step) from an answer's ``refused`` or ``flagged``: a list of
-    ``{key, reason, first_step}`` objects, or an object keyed by metric key."""
-    out: list[tuple[str, str, Any]] = []
+def _refused_points(points: list[Point], count: Any) -> list[Point]:
+    """Which of a key's points the site refused, when it stored the others: the site keeps
+    every finite value and says how many it refused (``points``); when that is the number of
+    non-finite values here, those are they. Otherwise (a key or a step the site refused for
+    its own reasons, or an answer without the count) all of the key's points are taken as
+    refused: spilling a stored point costs nothing, a replay upserts it again."""
+    not_finite = [p for p in points if not math.isfinite(p.value)]
+    if type(count) is int and count == len(not_finite):
+        return not_finite
+    return points
+
+
+def _key_list(entries: Any) -> list[tuple[str, str, Any, Any]]:
+    """(key, reason, first step, points) from an answer's ``refused`` or ``flagged``: a list
+    of ``{key, reason, first_step, points}`` objects, or an object keyed by metric key."""
+    out: list[tuple[str, str, Any, Any]] = []
     if isinstance(entries, dict):
         entries = [
             {"key": key, **(value if isinstance(value, dict) else {"reason": value})}
@@ -801,7 +813,7 @@ def _key_list(entries: Any) -> list[tuple[str, str, Any]]:
         if isinstance(entry, dict) and isinstance(entry.get("key"), str):
             reason = entry.get("reason", entry.get("detail", ""))
             first = entry.get("first_step", entry.get("step"))
-            out.append((entry["key"], str(reason)[:500], first))
+            out.append((entry["key"], str(reason)[:500], first, entry.get("points")))
     return out
 
 

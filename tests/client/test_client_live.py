@@ -102,6 +102,22 @@ def test_a_key_the_site_refuses_does_not_hold_back_the_others(job: Run, tmp_path
     assert client.stats["sent"] == 40
 
 
+def test_a_nan_among_a_key_s_points_is_the_only_point_spilled(job: Run, tmp_path: Path) -> None:
+    """The site stores a key's finite points and refuses its NaN alone: the client counts
+    the stored ones as sent and spills only the NaN, not the points the site kept."""
+    client = RunClient.from_env(spill_path=tmp_path / "unsent.jsonl", flush_interval=0.05)
+    assert client is not None
+    for step in range(20):
+        client.log("train/loss", step, 3.0 - step / 10)
+    client.log("train/loss", 20, float("nan"))
+    assert client.close() is False
+    assert stored(job, "train/loss") == list(range(20))
+    assert [(p["key"], p["step"], p["value"]) for p in spilled(client.spill_path)] == [
+        ("train/loss", 20, "nan")
+    ]
+    assert client.stats["sent"] == 20
+
+
 def test_the_site_away_and_back_loses_nothing(job: Run, door: Door, tmp_path: Path) -> None:
     client = RunClient(
         api_url=door.url,

@@ -20,9 +20,11 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from marin_site.doors import Door
+from marin_site.events import Verb
 from marin_site.roles import ROLES
 from proposals import services
-from proposals.models import Proposal
+from proposals.github.backfill import ACTOR_LABEL as BACKFILL_ACTOR
+from proposals.models import Event, Proposal, State
 from runs.campaigns.demo import demo_campaign_seed
 from runs.metrics import ingest
 from runs.metrics.parse import PointBatch
@@ -228,6 +230,23 @@ def _demo_proposals() -> list[dict[str, Any]]:
             "path": ["submit", "withdraw"],
         },
         {
+            # An experiment from before the site, as github_backfill brings one in: an
+            # imported issue, its verdict recorded as found, with no plan and no approval.
+            "title": "Load-balancing loss at 0.01",
+            "summary": "A stronger load-balancing loss, from an experiment issue of 2025.",
+            "hypothesis": "A load-balancing coefficient of 0.01 lowers the drop fraction.",
+            "recipe": "tiny-moe",
+            "spec": "axes:\n  load_balance_coef: [0.001, 0.01]\n",
+            "labels": ["moe"],
+            "path": [],
+            "imported": 4321,
+            "outcome": (
+                "worked",
+                "replicated",
+                "The drop fraction fell from 9% to 3% at the same eval loss; kept in the baseline.",
+            ),
+        },
+        {
             "title": "Seed variance of the baseline",
             "summary": "Three seeds of the baseline, to know what noise looks like.",
             "hypothesis": "Seed-to-seed spread of eval loss is under 0.005.",
@@ -308,6 +327,8 @@ class Command(BaseCommand):
             labels=item["labels"],
             door=Door.SYSTEM,
         )
+        if "imported" in item:
+            _as_imported(proposal, issue_number=item["imported"])
         for step in item["path"]:
             action, actor_name, reason = step if isinstance(step, tuple) else (step, None, "")
             if actor_name:
@@ -345,6 +366,24 @@ class Command(BaseCommand):
             author=users["rita"],
             body="What does the baseline's drop fraction look like at this scale?",
         )
+
+
+def _as_imported(proposal: Proposal, *, issue_number: int) -> None:
+    """Make a demo proposal what the backfill makes of an old experiment issue: imported,
+    with the issue's number and its timeline row, nothing written to GitHub."""
+    Proposal.objects.filter(pk=proposal.pk).update(
+        state=State.IMPORTED, github_issue_number=issue_number
+    )
+    Event.build(
+        proposal=proposal,
+        actor=None,
+        actor_label=BACKFILL_ACTOR,
+        verb=Verb.IMPORTED,
+        door=Door.SYSTEM,
+        to_state=State.IMPORTED,
+        message=f"Imported from GitHub issue #{issue_number} (the demo's); nothing is written "
+        "to GitHub until a maintainer adopts it.",
+    ).save(force_insert=True)
 
 
 def _eval_loss(run: Run, recipe: str, made_up: dict[str, Any]) -> float:
