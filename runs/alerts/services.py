@@ -193,9 +193,13 @@ def _formatter(run_id: int, key: str) -> detectors.Formatter:
     return fmt
 
 
-def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
+def alerts_evaluate(
+    *, run: Run, batch: Any, columns: dict[str, tuple[list[int], list[float]]] | None = None
+) -> list[detectors.Change]:
     """Fold a stored batch (``runs.metrics.parse.PointBatch``) into the run's rolling alert state;
     open and close alerts as the detectors say. Returns the changes (for tests and bench).
+    ``columns``: the batch's steps and values per key in step order, when the caller has
+    them (the ingest does: ``runs.metrics.ingest.key_columns``).
 
     When nothing opens or closes, the transaction commits without waiting for the disk
     (``synchronous_commit = off``): a crash may lose the last fraction of a second of
@@ -225,7 +229,8 @@ def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
             )
             for pair, w in _watches_locked(run.pk, {key for _, key in missing}).items():
                 watches.setdefault(pair, w)
-        columns = _columns(run, batch)
+        if columns is None:
+            columns = _columns(run, batch)
         changed: list[_Watch] = []
         changes: list[tuple[str, str, detectors.Change]] = []
         for (kind, key), rule in watched.items():
