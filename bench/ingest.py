@@ -93,13 +93,15 @@ def child_pids(parent: int) -> list[int]:
 
 
 def backend_pids(database_url: str) -> list[int]:
-    """PostgreSQL's server processes of one database (its connections), but this one."""
+    """PostgreSQL's server processes of one database's connections, but this one's (not
+    autovacuum's, which comes when it will and lands on whichever side is running)."""
     import psycopg
 
     name = urllib.parse.urlsplit(database_url).path.lstrip("/")
     with psycopg.connect(database_url, autocommit=True) as conn:
         rows = conn.execute(
-            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'",
             (name,),
         ).fetchall()
     return [int(row[0]) for row in rows]
@@ -429,10 +431,19 @@ def site_vs_copy(args: argparse.Namespace, site_url: str, env: dict[str, str]) -
                 cwd=root,
             )
             wait_until_answers(ports[name], "/api/v1/runs/?page_size=1")
+        for name in roots:  # every worker's first batches (imports, connections), untimed
+            bench_site(ports[name], min(args.points, 40_000), 4)
         for number in range(1, args.rounds + 1):
             results: dict[str, float] = {}
             cpu: dict[str, dict[str, float]] = {}
-            for name in roots:
+            # Each round starts with the next side, so no side always follows the same one.
+            sides = [*roots, "copy"]
+            turn = (number - 1) % len(sides)
+            for name in sides[turn:] + sides[:turn]:
+                if name == "copy":
+                    cpu["copy"] = {}
+                    results["copy"] = bench_copy(site_url, args.points, cpu=cpu["copy"])
+                    continue
                 master = servers[name].proc.pid
                 meter = CpuMeter(
                     {
@@ -442,8 +453,8 @@ def site_vs_copy(args: argparse.Namespace, site_url: str, env: dict[str, str]) -
                 )
                 results[name] = bench_site(ports[name], args.points, 4, meter)
                 cpu[name] = meter.stop()
-            cpu["copy"] = {}
-            results["copy"] = bench_copy(site_url, args.points, cpu=cpu["copy"])
+            results = {name: results[name] for name in sides}
+            cpu = {name: cpu[name] for name in sides}
             results["of_copy"] = results["site"] / results["copy"]
             for name in roots:
                 if name != "site":
