@@ -131,7 +131,7 @@ def seeded(recipe: Any, contributor: Any, maintainer: Any) -> dict[str, Any]:
 
 
 def read(client: Client, url: str) -> str:
-    response = client.get(url)
+    response: Any = client.get(url)
     assert response.status_code == 200, (url, response.status_code)
     body = b"".join(response.streaming_content) if response.streaming else response.content
     return body.decode()
