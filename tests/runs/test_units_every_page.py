@@ -21,8 +21,10 @@ import pytest
 from django.test import Client
 
 from proposals.models import State
+from runs.alerts import rules
 from runs.campaigns import services as campaign_services
 from runs.metrics import ingest
+from runs.metrics.declarations import declarations_forget
 from runs.metrics.parse import PointBatch
 from runs.models import Plan, Run, RunState
 from runs.results import summary as results
@@ -47,6 +49,14 @@ SPEC = """axes:
 seeds: [0, 1]
 """
 STEPS = 20
+
+
+@pytest.fixture(autouse=True)
+def _fresh_declarations() -> None:
+    """The processes' caches by run id: another test's run of the same id (SQLite gives ids
+    again after a rollback) must not lend this one its declarations."""
+    declarations_forget()
+    rules.rules_forget()
 
 
 def report(run: Run) -> None:
