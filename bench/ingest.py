@@ -1,10 +1,17 @@
 #!/usr/bin/env python
 """Metric ingest, side by side on one PostgreSQL: marin-site's API, MLflow, binary COPY.
 
-    .venv/bin/python bench/ingest.py --only site-copy --points 200000 --baseline-root /tmp/main
+    .venv/bin/python bench/ingest.py --only site-copy --points 200000 --rounds 7 \
+        --baseline main=/tmp/main --baseline start=/tmp/start
 
 ``--only site-copy``: the native door against binary COPY, round by round, and (with
---baseline-root) the same door served from another checkout (main's), no MLflow.
+--baseline LABEL=PATH, repeatable, or --baseline-root) the same door served from other
+checkouts (``git archive`` of main's, of the branch's start), no MLflow. Each server gets an
+untimed warm-up; each round starts with the next side. Beside points a second it counts the
+CPU each side used per 1,000 points (this process's clients, gunicorn's workers, PostgreSQL's
+client backends of the database, from /proc): on a machine whose cores are all busy, the
+ratio of those sums is what sets the ratio of the throughputs. Its figures are appended,
+dated, to their section of RESULTS.md.
 
     .venv/bin/python bench/ingest.py                         # 3 rounds of 1M points
     .venv/bin/python bench/ingest.py --points 200000 --mlflow-points 100000
