@@ -475,7 +475,7 @@ def site_vs_copy(args: argparse.Namespace, site_url: str, env: dict[str, str]) -
             print(
                 f"round {number}: "
                 + ", ".join(
-                    f"{k} {v:,.2f}" if v < 10 else f"{k} {v:,.0f}" for k, v in results.items()
+                    f"{k} {v:,.2f}" if v < 100 else f"{k} {v:,.0f}" for k, v in results.items()
                 )
             )
             for name, used in cpu.items():
@@ -522,12 +522,12 @@ def site_vs_copy(args: argparse.Namespace, site_url: str, env: dict[str, str]) -
             "|---" * (len(rounds[0]) + 1) + "|",
             *(
                 f"| {i} | "
-                + " | ".join(f"{v:,.2f}" if v < 10 else f"{v:,.0f}" for v in r.values())
+                + " | ".join(f"{v:,.2f}" if v < 100 else f"{v:,.0f}" for v in r.values())
                 + " |"
                 for i, r in enumerate(rounds, 1)
             ),
             "| median | "
-            + " | ".join(f"{v:,.2f}" if v < 10 else f"{v:,.0f}" for v in medians.values())
+            + " | ".join(f"{v:,.2f}" if v < 100 else f"{v:,.0f}" for v in medians.values())
             + " |",
             "",
             "Median CPU ms per 1,000 points, by process: "
