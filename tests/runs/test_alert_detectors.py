@@ -1,6 +1,7 @@
-"""The sustained drop and rise detector: its windowed form (numpy medians, for batches of
-SHIFT_VECTOR_FROM points or more) says exactly what the rule point by point says, for any
-split of a stream into batches, any sizes and warm-up, falling or rising."""
+"""The detectors' fast forms say exactly what the plain ones say: the sustained drop and
+rise detector's windowed form (numpy medians, for batches of SHIFT_VECTOR_FROM points or
+more) what the rule point by point says, for any split of a stream into batches, any sizes
+and warm-up, falling or rising; the spike detector's row medians what ``np.median`` says."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import math
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -123,3 +125,20 @@ def test_a_state_left_by_other_sizes_goes_point_by_point(resized: dict[str, int]
     )
     assert (got, state) == (expected, loop_state)
     assert not math.isnan(state["ref"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    width=st.integers(1, 60),
+    rows=st.integers(1, 30),
+    seed=st.integers(0, 10_000),
+    ties=st.booleans(),
+)
+def test_row_medians_are_numpys_medians_to_the_bit(
+    width: int, rows: int, seed: int, ties: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 4, (rows, width)) * 0.1 if ties else rng.normal(3, 1e-3, (rows, width))
+    assert np.array_equal(detectors.row_medians(values), np.median(values, axis=1))
+    deviations = np.abs(values - detectors.row_medians(values)[:, None])
+    assert np.array_equal(detectors.row_medians(deviations), np.median(deviations, axis=1))
