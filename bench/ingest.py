@@ -1,10 +1,17 @@
 #!/usr/bin/env python
 """Metric ingest, side by side on one PostgreSQL: marin-site's API, MLflow, binary COPY.
 
-    .venv/bin/python bench/ingest.py --only site-copy --points 200000 --baseline-root /tmp/main
+    .venv/bin/python bench/ingest.py --only site-copy --points 200000 --rounds 7 \
+        --baseline main=/tmp/main --baseline start=/tmp/start
 
 ``--only site-copy``: the native door against binary COPY, round by round, and (with
---baseline-root) the same door served from another checkout (main's), no MLflow.
+--baseline LABEL=PATH, repeatable, or --baseline-root) the same door served from other
+checkouts (``git archive`` of main's, of the branch's start), no MLflow. Each server gets an
+untimed warm-up; each round starts with the next side. Beside points a second it counts the
+CPU each side used per 1,000 points (this process's clients, gunicorn's workers, PostgreSQL's
+client backends of the database, from /proc): on a machine whose cores are all busy, the
+ratio of those sums is what sets the ratio of the throughputs. Its figures are appended,
+dated, to their section of RESULTS.md.
 
     .venv/bin/python bench/ingest.py                         # 3 rounds of 1M points
     .venv/bin/python bench/ingest.py --points 200000 --mlflow-points 100000
@@ -50,6 +57,7 @@ import threading
 import time
 import urllib.parse
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 KEYS = [
@@ -65,6 +73,71 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU a process has used (0 when it is gone): /proc/PID/stat."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def child_pids(parent: int) -> list[int]:
+    """The processes whose parent is ``parent`` (gunicorn's workers)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == parent:
+                    out.append(int(entry.name))
+    return out
+
+
+def backend_pids(database_url: str) -> list[int]:
+    """PostgreSQL's server processes of one database's connections, but this one's (not
+    autovacuum's, which comes when it will and lands on whichever side is running)."""
+    import psycopg
+
+    name = urllib.parse.urlsplit(database_url).path.lstrip("/")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid() "
+            "AND backend_type = 'client backend'",
+            (name,),
+        ).fetchall()
+    return [int(row[0]) for row in rows]
+
+
+class CpuMeter:
+    """CPU seconds of this process (the clients) and of sets of other processes between
+    ``start`` and ``stop``: which side of the machine a measurement keeps busy."""
+
+    def __init__(self, groups: dict[str, Any]) -> None:
+        self.groups = groups  # name -> a function answering that group's pids now
+        self.before: dict[str, dict[int, float]] = {}
+        self.own = 0.0
+
+    def start(self) -> None:
+        self.before = {
+            name: {p: cpu_seconds(p) for p in pids()} for name, pids in self.groups.items()
+        }
+        self.own = time.process_time()
+
+    def stop(self) -> dict[str, float]:
+        out = {"client": time.process_time() - self.own}
+        for name, pids in self.groups.items():
+            before = self.before[name]
+            # A process that ended meanwhile took its last figures with it: counted as 0.
+            out[name] = sum(
+                max(0.0, cpu_seconds(p) - before.get(p, 0.0)) for p in set(pids()) | set(before)
+            )
+        return out
 
 
 def ensure_database(admin_url: str, name: str) -> None:
@@ -130,10 +203,17 @@ def drive(port: int, jobs: list[tuple[str, dict[str, str], list[bytes]]]) -> flo
 
 
 class Server:
-    def __init__(self, argv: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, argv: list[str], env: dict[str, str], log: Path, cwd: Path | None = None
+    ) -> None:
         self.log = log.open("wb")
         self.proc = subprocess.Popen(
-            argv, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+            argv,
+            env=env,
+            cwd=cwd,  # gunicorn imports from where it starts, whatever --chdir says
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
 
     def stop(self) -> None:
@@ -196,7 +276,7 @@ def make_running_runs(count: int) -> list[tuple[int, str]]:
     return out
 
 
-def bench_site(port: int, points: int, clients: int) -> float:
+def bench_site(port: int, points: int, clients: int, meter: CpuMeter | None = None) -> float:
     runs = make_running_runs(clients)
     per_client = points // clients
     jobs = []
@@ -209,6 +289,8 @@ def bench_site(port: int, points: int, clients: int) -> float:
         ]
         headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
         jobs.append((f"/api/v1/runs/{run_id}/metrics/", headers, bodies))
+    if meter is not None:
+        meter.start()
     return per_client * clients / drive(port, jobs)
 
 
@@ -252,10 +334,17 @@ def bench_mlflow(port: int, points: int, clients: int) -> float:
     return points // clients * clients / drive(port, jobs)
 
 
-def bench_copy(database_url: str, points: int, connections: int = 4, per_txn: int = 1000) -> float:
+def bench_copy(
+    database_url: str,
+    points: int,
+    connections: int = 4,
+    per_txn: int = 1000,
+    cpu: dict[str, float] | None = None,
+) -> float:
     """The limit the service faces: binary COPY of the same points, ``per_txn`` rows a
     transaction, on ``connections`` connections at once (one run each, as the site's clients),
-    into a table with the points table's primary key (run, key, step)."""
+    into a table with the points table's primary key (run, key, step). ``cpu`` receives the
+    CPU seconds of the clients (this process) and of PostgreSQL's server processes."""
     import psycopg
     from psycopg.types.numeric import Float8, Int8
 
@@ -275,10 +364,13 @@ def bench_copy(database_url: str, points: int, connections: int = 4, per_txn: in
         for run in range(1, connections + 1)
     ]
     ready = threading.Barrier(connections + 1)
+    server_cpu: list[float] = []
 
     def worker(share: list[list[tuple[object, ...]]]) -> None:
         with psycopg.connect(database_url) as conn:
+            backend = conn.info.backend_pid
             ready.wait()
+            before = cpu_seconds(backend)
             for rows in share:
                 with (
                     conn.cursor() as cur,
@@ -291,15 +383,18 @@ def bench_copy(database_url: str, points: int, connections: int = 4, per_txn: in
                     for row in rows:
                         copy.write_row(row)
                 conn.commit()
+            server_cpu.append(cpu_seconds(backend) - before)
 
     threads = [threading.Thread(target=worker, args=(share,)) for share in shares]
     for thread in threads:
         thread.start()
     ready.wait()
-    started = time.perf_counter()
+    started, own = time.perf_counter(), time.process_time()
     for thread in threads:
         thread.join()
     elapsed = time.perf_counter() - started
+    if cpu is not None:
+        cpu.update(client=time.process_time() - own, postgres=sum(server_cpu))
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute("DROP TABLE bench_raw_points")
     return per_connection * connections / elapsed
@@ -307,15 +402,19 @@ def bench_copy(database_url: str, points: int, connections: int = 4, per_txn: in
 
 def site_vs_copy(args: argparse.Namespace, site_url: str, env: dict[str, str]) -> int:
     """``--only site-copy``: this checkout's native door (4 clients), the same door served
-    from --baseline-root (another checkout, e.g. main's), and binary COPY, round by round."""
+    from each --baseline (other checkouts, e.g. main's), and binary COPY, round by round.
+    Beside the points a second, each measurement's CPU time per 1,000 points: the clients
+    (this process), gunicorn's workers and PostgreSQL's server processes of the database.
+    On a machine whose cores are all busy, those sums are what sets the ratio."""
     logs = ROOT / "var" / "bench-logs"
     logs.mkdir(parents=True, exist_ok=True)
     roots = {"site": ROOT}
-    if args.baseline_root:
-        roots["baseline"] = Path(args.baseline_root).resolve()
+    for label, root in baselines(args):
+        roots[label] = root
     servers: dict[str, Server] = {}
     ports: dict[str, int] = {}
     rounds: list[dict[str, float]] = []
+    cpu_rounds: list[dict[str, dict[str, float]]] = []
     try:
         for name, root in roots.items():
             ports[name] = free_port()
@@ -336,58 +435,125 @@ def site_vs_copy(args: argparse.Namespace, site_url: str, env: dict[str, str]) -
                 ],
                 {**env, "PYTHONPATH": str(root)},
                 logs / f"gunicorn-{name}.log",
+                cwd=root,
             )
             wait_until_answers(ports[name], "/api/v1/runs/?page_size=1")
+        for name in roots:  # every worker's first batches (imports, connections), untimed
+            bench_site(ports[name], min(args.points, 40_000), 4)
         for number in range(1, args.rounds + 1):
             results: dict[str, float] = {}
-            for name in roots:
-                results[name] = bench_site(ports[name], args.points, 4)
-            results["copy"] = bench_copy(site_url, args.points)
+            cpu: dict[str, dict[str, float]] = {}
+            # Each round starts with the next side, so no side always follows the same one.
+            sides = [*roots, "copy"]
+            turn = (number - 1) % len(sides)
+            for name in sides[turn:] + sides[:turn]:
+                if name == "copy":
+                    cpu["copy"] = {}
+                    results["copy"] = bench_copy(site_url, args.points, cpu=cpu["copy"])
+                    continue
+                master = servers[name].proc.pid
+                meter = CpuMeter(
+                    {
+                        "gunicorn": lambda master=master: child_pids(master),
+                        "postgres": lambda: backend_pids(site_url),
+                    }
+                )
+                results[name] = bench_site(ports[name], args.points, 4, meter)
+                cpu[name] = meter.stop()
+            results = {name: results[name] for name in sides}
+            cpu = {name: cpu[name] for name in sides}
             results["of_copy"] = results["site"] / results["copy"]
-            if "baseline" in results:
-                results["of_baseline"] = results["site"] / results["baseline"]
+            for name in roots:
+                if name != "site":
+                    results[f"of_{name}"] = results["site"] / results[name]
+            # CPU milliseconds per 1,000 points, all processes together
+            for name, used in cpu.items():
+                results[f"cpu_{name}"] = sum(used.values()) * 1000 / (args.points / 1000)
+            results["cpu_ratio"] = results["cpu_copy"] / results["cpu_site"]
             rounds.append(results)
+            cpu_rounds.append(cpu)
             print(
                 f"round {number}: "
                 + ", ".join(
-                    f"{k} {v:,.2f}" if v < 10 else f"{k} {v:,.0f}" for k, v in results.items()
+                    f"{k} {v:,.2f}" if v < 100 else f"{k} {v:,.0f}" for k, v in results.items()
                 )
             )
+            for name, used in cpu.items():
+                print(
+                    f"    {name} CPU ms per 1000 points: "
+                    + ", ".join(
+                        f"{part} {seconds * 1e6 / args.points:.2f}"
+                        for part, seconds in used.items()
+                    )
+                )
     finally:
         for server in servers.values():
             server.stop()
     medians = {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
     print("medians: " + ", ".join(f"{k} {v:,.2f}" for k, v in medians.items()))
+    parts = {
+        (name, part): statistics.median(c[name][part] * 1e6 / args.points for c in cpu_rounds)
+        for name in cpu_rounds[0]
+        for part in cpu_rounds[0][name]
+    }
+    print(
+        "median CPU ms per 1000 points: "
+        + ", ".join(f"{name} {part} {v:.2f}" for (name, part), v in parts.items())
+    )
     if not args.no_record:
-        today = dt.date.today().isoformat()
+        now = dt.datetime.now(dt.UTC)
+        others = [name for name in roots if name != "site"]
         lines = [
-            f"{today}, {machine_description()}; {len(rounds)} rounds of {args.points:,} points "
-            f"(1000-point batches, 4 keep-alive clients, gunicorn {args.workers} workers x 2 "
-            "threads), taking turns with binary COPY of the same points at 1,000 rows a "
-            "transaction on 4 connections into a table with the points' primary key"
+            f"{now:%Y-%m-%d %H:%M} UTC, {machine_description()}; {len(rounds)} rounds of "
+            f"{args.points:,} points (1000-point batches, 4 keep-alive clients, gunicorn "
+            f"{args.workers} workers x 2 threads), taking turns with binary COPY of the same "
+            "points at 1,000 rows a transaction on 4 connections into a table with the "
+            "points' primary key"
             + (
-                f", and the same door served from {args.baseline_label}"
-                if "baseline" in roots
+                ", and the same door served from " + ", ".join(f"{n} ({roots[n]})" for n in others)
+                if others
                 else ""
             )
-            + ".",
+            + ". Points a second, their ratios, and CPU milliseconds per 1,000 points (`cpu_*`: "
+            "clients + gunicorn + PostgreSQL's server processes; `cpu_ratio` = copy's / the "
+            "site's).",
             "",
             "| round | " + " | ".join(rounds[0]) + " |",
             "|---" * (len(rounds[0]) + 1) + "|",
             *(
                 f"| {i} | "
-                + " | ".join(f"{v:,.2f}" if v < 10 else f"{v:,.0f}" for v in r.values())
+                + " | ".join(f"{v:,.2f}" if v < 100 else f"{v:,.0f}" for v in r.values())
                 + " |"
                 for i, r in enumerate(rounds, 1)
             ),
             "| median | "
-            + " | ".join(f"{v:,.2f}" if v < 10 else f"{v:,.0f}" for v in medians.values())
+            + " | ".join(f"{v:,.2f}" if v < 100 else f"{v:,.0f}" for v in medians.values())
             + " |",
+            "",
+            "Median CPU ms per 1,000 points, by process: "
+            + "; ".join(
+                f"{name}: "
+                + ", ".join(f"{part} {v:.2f}" for (n, part), v in parts.items() if n == name)
+                for name in cpu_rounds[0]
+            )
+            + ".",
         ]
-        results_section_replace(
+        results_section_append(
             "ingest against binary COPY (bench/ingest.py --only site-copy)", lines
         )
     return 0
+
+
+def baselines(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The other checkouts to serve beside this one: ``--baseline LABEL=PATH`` (repeatable),
+    and ``--baseline-root`` under ``--baseline-label``."""
+    out = []
+    for item in args.baseline:
+        label, _, path = item.partition("=")
+        out.append((label, Path(path).resolve()))
+    if args.baseline_root:
+        out.append((args.baseline_label, Path(args.baseline_root).resolve()))
+    return out
 
 
 def bench_series(port: int, steps: int) -> tuple[float, int, float]:
@@ -512,6 +678,13 @@ def parse_args() -> argparse.Namespace:
         "(and --baseline-root's door), no MLflow",
     )
     parser.add_argument("--baseline-root", default="", help="another checkout to serve too")
+    parser.add_argument(
+        "--baseline",
+        action="append",
+        default=[],
+        metavar="LABEL=PATH",
+        help="another checkout to serve too, under LABEL (repeatable)",
+    )
     parser.add_argument("--baseline-label", default="main", help="its name in RESULTS.md")
     parser.add_argument("--client-points", type=int, default=50_000)
     parser.add_argument("--client-rounds", type=int, default=5)
@@ -734,6 +907,23 @@ def results_section_replace(title: str, lines: list[str]) -> None:
         text = before + section + ("" if after < 0 else rest[after:])
     else:
         text = text.rstrip() + "\n\n" + section
+    path.write_text(text)
+
+
+def results_section_append(title: str, lines: list[str]) -> None:
+    """Add a dated paragraph under ``## title`` in bench/RESULTS.md (made at the end when
+    missing), before the next section: earlier figures stay beside the new ones."""
+    path = ROOT / "bench" / "RESULTS.md"
+    text = path.read_text() if path.exists() else "# Benchmark results\n"
+    heading = f"## {title}"
+    block = "\n".join(lines).rstrip() + "\n"
+    if heading not in text:
+        text = text.rstrip() + "\n\n" + heading + "\n\n" + block
+    else:
+        before, _, rest = text.partition(heading)
+        after = rest.find("\n## ")
+        body, tail = (rest, "") if after < 0 else (rest[:after], rest[after:])
+        text = before + heading + body.rstrip() + "\n\n" + block + tail
     path.write_text(text)
 
 

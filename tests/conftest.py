@@ -51,6 +51,7 @@ SQLITE_TOO = (
     "tests/marin_site/test_db.py",  # the PostgreSQL statements and their portable fallbacks
     "tests/system/test_hostile_input.py",  # NUL, surrogates, integers past 64 bits stored
     "tests/runs/metrics/test_steady.py",  # the steady-state median: SQL on PostgreSQL, numpy elsewhere
+    "tests/runs/test_units_every_page.py",  # what the pages read: medians and rollups, either way
 )
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -89,8 +89,8 @@ def spike_feed(
         windows = sliding_window_view(series, width)[
             known + first_full - width : known + count - width
         ]
-        median = np.median(windows, axis=1)
-        mad = np.median(np.abs(windows - median[:, None]), axis=1)
+        median = row_medians(windows)
+        mad = row_medians(np.abs(windows - median[:, None]))
         scale = np.maximum(MAD_TO_SIGMA * mad, RELATIVE_FLOOR * np.abs(median))
         scale = np.where(scale > 0, scale, 1e-12)
         medians[first_full:] = median
@@ -98,8 +98,41 @@ def spike_feed(
     changes: list[Change] = []
     is_open = bool(state.get("open"))
     calm = int(state.get("calm", 0))
-    for i in range(count):
-        score = scores[i]
+    # Closed, an alert only opens above k: a batch with no such score changes nothing here.
+    if is_open or bool((scores > params["k"]).any()):
+        changes, is_open, calm = _spike_walk(
+            key=key,
+            params=params,
+            steps=steps,
+            values=values,
+            scores=scores.tolist(),
+            medians=medians.tolist(),
+            is_open=is_open,
+            calm=calm,
+            fmt=fmt,
+        )
+    state["window"] = series[-width:].tolist()
+    state["last"] = steps[-1]
+    state["open"] = is_open
+    state["calm"] = calm
+    return changes
+
+
+def _spike_walk(
+    *,
+    key: str,
+    params: dict[str, Any],
+    steps: list[int],
+    values: list[float],
+    scores: list[float],
+    medians: list[float],
+    is_open: bool,
+    calm: int,
+    fmt: Formatter,
+) -> tuple[list[Change], bool, int]:
+    """The spike rule's hysteresis over a batch's scores (NaN: no whole window yet)."""
+    changes: list[Change] = []
+    for i, score in enumerate(scores):
         if math.isnan(score):
             continue
         if not is_open:
@@ -130,11 +163,19 @@ def spike_feed(
                 )
         else:
             calm = 0
-    state["window"] = series[-width:].tolist()
-    state["last"] = steps[-1]
-    state["open"] = is_open
-    state["calm"] = calm
-    return changes
+    return changes, is_open, calm
+
+
+def row_medians(rows: np.ndarray) -> np.ndarray:
+    """Each row's median, exactly as ``np.median(rows, axis=1)`` takes it (the middle value,
+    or half the sum of the two middle values), from one sort of the rows: for a batch's
+    windows (200 rows of 50) about three times faster than ``np.median``, whose copies and
+    checks cost more than the sort."""
+    ordered = np.sort(rows, axis=1)
+    half = ordered.shape[1] // 2
+    if ordered.shape[1] % 2:
+        return ordered[:, half]
+    return (ordered[:, half - 1] + ordered[:, half]) / 2
 
 
 def _score(before: np.ndarray, value: float) -> tuple[float, float]:
@@ -142,6 +183,9 @@ def _score(before: np.ndarray, value: float) -> tuple[float, float]:
     mad = float(np.median(np.abs(before - median)))
     scale = max(MAD_TO_SIGMA * mad, RELATIVE_FLOOR * abs(median)) or 1e-12
     return median, (value - median) / scale
+
+
+SHIFT_VECTOR_FROM = 16  # new points from which the windows' medians are taken in numpy
 
 
 def shift_feed(
@@ -157,11 +201,133 @@ def shift_feed(
     """A sustained drop (``falling``: the median of the last ``recent`` points below
     ``(1 - fraction)`` x the baseline) or rise (above the baseline + ``amount``). The
     baseline is the median of the ``baseline`` points before the recent ones, refreshed every
-    ``recent`` points, and frozen while an alert is open, so a drop that lasts stays open."""
+    ``recent`` points, and frozen while an alert is open, so a drop that lasts stays open.
+
+    A batch of SHIFT_VECTOR_FROM points or more takes every recent window's median in one
+    numpy call (``_shift_feed_windows``); a short batch, or a state whose windows do not
+    have the rule's sizes, goes point by point (``_shift_feed_loop``). Both say the same."""
     skip = _new_points(state, steps, values)
     steps, values = steps[skip:], values[skip:]
     if not steps:
         return []
+    recent: list[float] = state.get("recent", [])
+    base: list[float] = state.get("base", [])
+    recent_size, base_size = params["recent"], params["baseline"]
+    in_shape = len(recent) <= recent_size and len(base) <= base_size
+    if len(steps) < SHIFT_VECTOR_FROM or not in_shape or (base and len(recent) < recent_size):
+        return _shift_feed_loop(state, params, key, steps, values, falling=falling, fmt=fmt)
+    return _shift_feed_windows(state, params, key, steps, values, falling=falling, fmt=fmt)
+
+
+def _shift_feed_windows(
+    state: dict[str, Any],
+    params: dict[str, Any],
+    key: str,
+    steps: list[int],
+    values: list[float],
+    *,
+    falling: bool,
+    fmt: Formatter,
+) -> list[Change]:
+    """``shift_feed`` over one stream: the stored baseline and recent windows, then the new
+    points (those past the warm-up). Point ``j`` ends the stream at ``end``: its recent window
+    is the ``recent`` values before ``end``, its baseline the ``baseline`` values before those.
+    The recent windows' medians come from numpy (``row_medians``), for the comparisons; the
+    baseline's median (taken every ``recent`` points) and the levels a message quotes from
+    ``statistics``, as the point-by-point rule takes them."""
+    warmup = params.get("warmup_steps") or 0
+    recent_size, base_size = params["recent"], params["baseline"]
+    kept = [(s, v) for s, v in zip(steps, values, strict=True) if s >= warmup]
+    stream: list[float] = state.get("base", []) + state.get("recent", []) + [v for _, v in kept]
+    known = len(stream) - len(kept)
+    is_open = bool(state.get("open"))
+    calm = int(state.get("calm", 0))
+    reference = state.get("ref")
+    fresh = 0  # points since the baseline's median was last taken
+    changes: list[Change] = []
+    # The first point with a whole recent window and enough baseline before it.
+    first_end = recent_size + min(base_size, max(5, base_size // 2))
+    first = max(0, first_end - known - 1)
+    if first < len(kept):
+        windows = sliding_window_view(np.asarray(stream, dtype=float), recent_size)
+        levels = row_medians(windows[known + first + 1 - recent_size :]).tolist()
+        fraction = params.get("fraction", 0.0)
+        amount = params.get("amount", 0.0)
+        for j in range(first, len(kept)):
+            end = known + j + 1
+            step, value = kept[j]
+            if not is_open and (reference is None or fresh >= recent_size):
+                reference = statistics.median(
+                    stream[max(0, end - recent_size - base_size) : end - recent_size]
+                )
+                fresh = 0
+            fresh += 1
+            level = levels[j - first]
+            if falling:
+                bad = level < reference * (1 - fraction)
+                good = level >= reference * (1 - fraction / 2)
+            else:
+                bad = level > reference + amount
+                good = level <= reference + amount / 2
+            if not is_open:
+                if bad:
+                    is_open, calm = True, 0
+                    how = "dropped" if falling else "rose"
+                    said = statistics.median(stream[end - recent_size : end])
+                    changes.append(
+                        Change(
+                            True,
+                            step,
+                            value,
+                            f"{key} {how} to a median of {fmt(said)} over its last {recent_size} "
+                            f"points (step {step}), from {fmt(reference)} before",
+                        )
+                    )
+            elif good:
+                calm += 1
+                if calm >= params["calm_points"]:
+                    is_open, calm = False, 0
+                    said = statistics.median(stream[end - recent_size : end])
+                    changes.append(
+                        Change(
+                            False,
+                            step,
+                            value,
+                            f"{key} back to a median of {fmt(said)} (step {step}), near its "
+                            f"baseline {fmt(reference)}",
+                        )
+                    )
+                    reference = statistics.median(
+                        stream[max(0, end - recent_size - base_size) : end - recent_size]
+                    )
+                    fresh = 0
+            else:
+                calm = 0
+    cut = max(0, len(stream) - recent_size)
+    state.update(
+        recent=stream[cut:],
+        base=stream[max(0, cut - base_size) : cut],
+        open=is_open,
+        calm=calm,
+        ref=reference,
+        last=steps[-1],
+    )
+    return changes
+
+
+def _shift_feed_loop(
+    state: dict[str, Any],
+    params: dict[str, Any],
+    key: str,
+    steps: list[int],
+    values: list[float],
+    *,
+    falling: bool,
+    fmt: Formatter = plain,
+) -> list[Change]:
+    """``shift_feed`` point by point, the rule as written: each point's medians taken
+    with ``statistics.median``. For any state (a rule whose sizes were edited leaves windows
+    of the old sizes, which this shrinks a point at a time) and short batches."""
     warmup = params.get("warmup_steps") or 0
     recent_size, base_size = params["recent"], params["baseline"]
     recent: list[float] = state.get("recent", [])

@@ -3,7 +3,8 @@ periodic silence check, closing a run's alerts when it ends, and maintainers' ru
 
 ``alerts_evaluate`` runs inside every metrics ingest (``runs.metrics.ingest.metrics_ingest``), so it
 is built to cost little: the run's rules come from a per-process cache, its rolling state is
-one locked read and one write of small JSON rows, and nothing reads the run's history.
+one read and one write of small JSON rows (on PostgreSQL without a lock or a transaction of
+its own when nothing opens or closes), and nothing reads the run's history.
 An alert that opens or closes writes a row of the run's timeline in the same transaction and
 is announced after commit (``runs.signals.alert_changed``): ``proposals`` posts it to the
 linked issue and mails the proposal's followers.
@@ -133,11 +134,15 @@ class _Watch:
     kind: str
     key: str
     state: dict[str, Any]
+    version: str = ""  # PostgreSQL's xmin of the row as read: whether it changed since
 
 
-def _watches_locked(run_id: int, keys: set[str]) -> dict[tuple[str, str], _Watch]:
-    """The run's watches of these keys and its NaN watches, locked, in one plain query (the
-    ORM's would cost more CPU than the rest of an evaluation)."""
+def _watches_locked(
+    run_id: int, keys: set[str], *, lock: bool = True
+) -> dict[tuple[str, str], _Watch]:
+    """The run's watches of these keys and its NaN watches, locked (unless ``lock`` is
+    False), in one plain query (the ORM's would cost more CPU than the rest of an
+    evaluation). On PostgreSQL each comes with its row version (``xmin``)."""
     params: list[int | str]
     if not keys:
         where, params = "kind = %s", [run_id, str(AlertKind.NAN)]
@@ -145,18 +150,21 @@ def _watches_locked(run_id: int, keys: set[str]) -> dict[tuple[str, str], _Watch
         marks = ", ".join(["%s"] * len(keys))
         where = f"(key IN ({marks}) OR kind = %s)"
         params = [run_id, *sorted(keys), str(AlertKind.NAN)]
-    lock = " ORDER BY id FOR UPDATE" if connection.vendor == "postgresql" else ""
+    postgresql = connection.vendor == "postgresql"
+    locking = " ORDER BY id FOR UPDATE" if postgresql and lock else ""
+    version = "xmin::text" if postgresql else "''"
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT id, kind, key, state FROM {WATCH_TABLE} WHERE run_id = %s AND {where}{lock}",  # noqa: S608
+            f"SELECT id, kind, key, state, {version} FROM {WATCH_TABLE} "  # noqa: S608
+            f"WHERE run_id = %s AND {where}{locking}",
             params,
         )
         rows = cursor.fetchall()
     out = {}
-    for pk, kind, key, stored in rows:
+    for pk, kind, key, stored, row_version in rows:
         # SQLite hands JSON back as text
         state = orjson.loads(stored) if isinstance(stored, str | bytes) else stored
-        out[(kind, key)] = _Watch(pk, kind, key, state)
+        out[(kind, key)] = _Watch(pk, kind, key, state, row_version)
     return out
 
 
@@ -193,11 +201,22 @@ def _formatter(run_id: int, key: str) -> detectors.Formatter:
     return fmt
 
 
-def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
+def alerts_evaluate(
+    *, run: Run, batch: Any, columns: dict[str, tuple[list[int], list[float]]] | None = None
+) -> list[detectors.Change]:
     """Fold a stored batch (``runs.metrics.parse.PointBatch``) into the run's rolling alert state;
     open and close alerts as the detectors say. Returns the changes (for tests and bench).
+    ``columns``: the batch's steps and values per key in step order, when the caller has
+    them (the ingest does: ``runs.metrics.ingest.key_columns``).
 
-    When nothing opens or closes, the transaction commits without waiting for the disk
+    The usual batch opens and closes nothing: on PostgreSQL, outside a transaction, its
+    watches are read without a lock and written back in one statement that holds only if no
+    other writer changed them meanwhile (``_alerts_fold_unlocked``: two round trips where a
+    locked transaction takes five). Anything else, or a write that lost a race, goes through
+    the locked transaction, which reads the watches again (points at or below a watch's last
+    step are skipped, so a watch already advanced is not folded twice).
+
+    When nothing opens or closes, the write commits without waiting for the disk
     (``synchronous_commit = off``): a crash may lose the last fraction of a second of
     rolling state, which only means those points are not folded; a transaction that opens
     or closes an alert commits as any other."""
@@ -208,13 +227,20 @@ def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
     }
     batch_keys = set(batch.keys)
     wanted = {pair for pair in watched if pair[1] in batch_keys}
+    if columns is None:
+        columns = _columns(run, batch)
+    if (
+        connection.vendor == "postgresql"
+        and connection.get_autocommit()
+        and not connection.in_atomic_block
+        and _alerts_fold_unlocked(
+            run=run, watched=watched, wanted=wanted, batch_keys=batch_keys, columns=columns
+        )
+    ):
+        return []
     with transaction.atomic():
         watches = _watches_locked(run.pk, {key for _, key in wanted})
-        nan_watches = {
-            key: w
-            for (kind, key), w in watches.items()
-            if kind == AlertKind.NAN and key in batch_keys and w.state.get("open_step") is not None
-        }
+        nan_watches = _nan_watches(watches, batch_keys)
         if not wanted and not nan_watches:
             return []
         missing = [pair for pair in wanted if pair not in watches]
@@ -225,37 +251,14 @@ def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
             )
             for pair, w in _watches_locked(run.pk, {key for _, key in missing}).items():
                 watches.setdefault(pair, w)
-        columns = _columns(run, batch)
-        changed: list[_Watch] = []
-        changes: list[tuple[str, str, detectors.Change]] = []
-        for (kind, key), rule in watched.items():
-            if (kind, key) not in wanted:
-                continue
-            watch = watches[(kind, key)]
-            steps, values = columns[key]
-            before = watch.state.get("last")
-            if kind == AlertKind.SPIKE:
-                found = detectors.spike_feed(
-                    watch.state, rule.params, key, steps, values, fmt=_formatter(run.pk, key)
-                )
-            else:
-                found = detectors.shift_feed(
-                    watch.state,
-                    rule.params,
-                    key,
-                    steps,
-                    values,
-                    falling=kind == AlertKind.DROP,
-                    fmt=_formatter(run.pk, key),
-                )
-            if watch.state.get("last") != before:
-                changed.append(watch)
-            changes.extend((kind, key, change) for change in found)
-        for key, watch in nan_watches.items():
-            found = detectors.nan_feed(watch.state, key, columns[key][0])
-            if found:
-                changed.append(watch)
-                changes.extend((AlertKind.NAN, key, change) for change in found)
+        changed, changes = _alerts_fold(
+            run=run,
+            watched=watched,
+            wanted=wanted,
+            watches=watches,
+            nan_watches=nan_watches,
+            columns=columns,
+        )
         if changed:
             _watches_write(changed)
         for kind, key, change in changes:
@@ -275,6 +278,109 @@ def alerts_evaluate(*, run: Run, batch: Any) -> list[detectors.Change]:
             with connection.cursor() as cursor:
                 cursor.execute("SET LOCAL synchronous_commit TO OFF")
     return [change for _, _, change in changes]
+
+
+def _nan_watches(watches: dict[tuple[str, str], _Watch], batch_keys: set[str]) -> dict[str, _Watch]:
+    """The open NaN watches of the batch's keys (finite values may close them)."""
+    return {
+        key: w
+        for (kind, key), w in watches.items()
+        if kind == AlertKind.NAN and key in batch_keys and w.state.get("open_step") is not None
+    }
+
+
+def _alerts_fold(
+    *,
+    run: Run,
+    watched: dict[tuple[str, str], rules.Rule],
+    wanted: set[tuple[str, str]],
+    watches: dict[tuple[str, str], _Watch],
+    nan_watches: dict[str, _Watch],
+    columns: dict[str, tuple[list[int], list[float]]],
+) -> tuple[list[_Watch], list[tuple[str, str, detectors.Change]]]:
+    """Feed each watched key's new points to its detector: the watches whose state moved,
+    and the alerts to open or close."""
+    changed: list[_Watch] = []
+    changes: list[tuple[str, str, detectors.Change]] = []
+    for (kind, key), rule in watched.items():
+        if (kind, key) not in wanted:
+            continue
+        watch = watches[(kind, key)]
+        steps, values = columns[key]
+        before = watch.state.get("last")
+        if kind == AlertKind.SPIKE:
+            found = detectors.spike_feed(
+                watch.state, rule.params, key, steps, values, fmt=_formatter(run.pk, key)
+            )
+        else:
+            found = detectors.shift_feed(
+                watch.state,
+                rule.params,
+                key,
+                steps,
+                values,
+                falling=kind == AlertKind.DROP,
+                fmt=_formatter(run.pk, key),
+            )
+        if watch.state.get("last") != before:
+            changed.append(watch)
+        changes.extend((kind, key, change) for change in found)
+    for key, watch in nan_watches.items():
+        found = detectors.nan_feed(watch.state, key, columns[key][0])
+        if found:
+            changed.append(watch)
+            changes.extend((AlertKind.NAN, key, change) for change in found)
+    return changed, changes
+
+
+def _alerts_fold_unlocked(
+    *,
+    run: Run,
+    watched: dict[tuple[str, str], rules.Rule],
+    wanted: set[tuple[str, str]],
+    batch_keys: set[str],
+    columns: dict[str, tuple[list[int], list[float]]],
+) -> bool:
+    """The lock-free form of ``alerts_evaluate`` (PostgreSQL, no transaction open): read
+    the watches with their row versions (``xmin``), fold the batch, and write the states
+    back in one autocommitted statement, each row only if its version is still the one read.
+    True when that settled the batch: every watch existed, nothing opened or closed, and
+    every row was written. False leaves the batch to the locked form (rows this one did
+    write have moved past the batch's steps, which the locked form then skips)."""
+    watches = _watches_locked(run.pk, {key for _, key in wanted}, lock=False)
+    nan_watches = _nan_watches(watches, batch_keys)
+    if not wanted and not nan_watches:
+        return True
+    if any(pair not in watches for pair in wanted):
+        return False
+    changed, changes = _alerts_fold(
+        run=run,
+        watched=watched,
+        wanted=wanted,
+        watches=watches,
+        nan_watches=nan_watches,
+        columns=columns,
+    )
+    if changes:
+        return False
+    if not changed:
+        return True
+    texts = [orjson.dumps(w.state).decode() for w in changed]
+    with server_binding_cursor() as cursor:
+        pg_arrays.register(cursor.cursor)
+        cursor.execute(
+            f"UPDATE {WATCH_TABLE} AS w SET state = v.state::jsonb, updated_at = now() "  # noqa: S608
+            "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS v(id, state, version), "
+            # The statement is its own transaction: its commit need not wait for the disk.
+            "(SELECT set_config('synchronous_commit', 'off', true)) AS quiet "
+            "WHERE w.id = v.id AND w.xmin = v.version::xid",
+            [
+                pg_arrays.int8_array([w.pk for w in changed]),
+                pg_arrays.text_array(texts),
+                pg_arrays.text_array([w.version for w in changed]),
+            ],
+        )
+        return int(cursor.rowcount) == len(changed)
 
 
 def alerts_not_finite(*, run: Run, first_steps: dict[str, int], door: str = Door.SYSTEM) -> int:

@@ -107,15 +107,16 @@ def metrics_ingest_flagged(
     if run.state == RunState.RUNNING:
         loaded = "heartbeat_at" not in run.get_deferred_fields()
         run_sign_of_life(run_id=run.pk, last=run.heartbeat_at if loaded else None)
+    ordered, folds = points_order_and_fold(batch)
     if connection.vendor == "postgresql":
-        changed = ingest_postgresql(run_id=run.pk, batch=batch)
+        changed = ingest_postgresql(run_id=run.pk, batch=ordered, folds=folds)
     else:
         changed = ingest_portable(run_id=run.pk, batch=batch)
     if changed:
         series_refresh_soon(run_id=run.pk)
         if run.state == RunState.RUNNING:  # alerts watch live runs, not imported history
             try:
-                alerts_evaluate(run=run, batch=batch)
+                alerts_evaluate(run=run, batch=ordered, columns=key_columns(ordered, folds))
             except Exception:  # the points are stored; an alert's fault never refuses them
                 logger.exception("evaluating the alerts of run %s failed", run.pk)
     if misfits:
@@ -229,9 +230,29 @@ def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]
     return ordered, folds
 
 
-def ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
-    """Returns how many keys had points inserted or changed."""
-    ordered, folds = points_order_and_fold(batch)
+def key_columns(
+    ordered: PointBatch, folds: list[KeyFold]
+) -> dict[str, tuple[list[int], list[float]]]:
+    """Each key's steps and values, in step order, from a batch in (key, step) order and its
+    folds (the alerts read them so)."""
+    out: dict[str, tuple[list[int], list[float]]] = {}
+    at = 0
+    for fold in folds:
+        out[fold.key] = (ordered.steps[at : at + fold.count], ordered.values[at : at + fold.count])
+        at += fold.count
+    return out
+
+
+def ingest_postgresql(*, run_id: int, batch: PointBatch, folds: list[KeyFold] | None = None) -> int:
+    """Returns how many keys had points inserted or changed. ``batch`` with its ``folds``
+    is already in (key, step) order (``points_order_and_fold``); without them it is put so.
+
+    The fresh form is one statement: outside a transaction it runs as its own (autocommit),
+    one round trip where BEGIN, the statement and COMMIT took three; inside one, in a
+    savepoint, so that a batch meeting stored points leaves the caller's transaction usable."""
+    ordered = batch
+    if folds is None:
+        ordered, folds = points_order_and_fold(batch)
     times = ordered.times
     params: dict[str, Any] = {
         "run": Int8(run_id),
@@ -250,8 +271,11 @@ def ingest_postgresql(*, run_id: int, batch: PointBatch) -> int:
     with server_binding_cursor() as cursor:
         pg_arrays.register(cursor.cursor)
         try:
-            with transaction.atomic():
+            if connection.get_autocommit() and not connection.in_atomic_block:
                 cursor.execute(INGEST_FRESH, params)
+            else:
+                with transaction.atomic():
+                    cursor.execute(INGEST_FRESH, params)
             return len(folds)
         except IntegrityError:  # some point is stored already: a resent or overlapping batch
             cursor.execute(INGEST_UPSERT, params)

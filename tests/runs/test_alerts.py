@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -100,6 +101,69 @@ def test_spike_opens_once_and_closes_once_with_values_hovering_at_the_threshold(
     feed(api, run, token, {**spike, **hover, **calm}, size=7)
     assert Alert.objects.count() == 1
     assert RunEvent.objects.filter(run=run, verb__startswith="alert_").count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_outside_a_transaction_calm_batches_fold_without_a_lock_and_a_spike_still_opens_once(
+    api: APIClient, running: tuple[Run, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the door runs in production (no transaction open), on PostgreSQL: batches that open
+    and close nothing are read and written without a lock; the batch that opens the alert and
+    the one that closes it go through the locked transaction, once each."""
+    run, token = running
+    reads: list[bool] = []
+    real = services._watches_locked
+
+    def counted(run_id: int, keys: set[str], *, lock: bool = True) -> Any:
+        reads.append(lock)
+        return real(run_id, keys, lock=lock)
+
+    monkeypatch.setattr(services, "_watches_locked", counted)
+    feed(api, run, token, {s: loss_at(s) for s in range(100)})
+    spike = {100: 3.6}
+    hover = {s: 3.15 if s % 2 else 3.11 for s in range(101, 116)}
+    calm = {s: loss_at(s) for s in range(116, 200)}
+    feed(api, run, token, {**spike, **hover, **calm}, size=7)
+    alert = Alert.objects.get()
+    assert (alert.opened_step, alert.closed_step) == (100, 120)
+    assert len(events(run, "alert_opened")) == len(events(run, "alert_closed")) == 1
+    if connection.vendor == "postgresql":
+        assert reads.count(False) == 4 + 15  # every batch tries without a lock first
+        # under the lock: the first batch (its watches made, and read again), the spike, its close
+        assert reads.count(True) == 2 + 1 + 1
+    else:  # elsewhere (SQLite) every batch takes the locked form
+        assert (reads.count(False), reads.count(True)) == (0, 4 + 15 + 1)
+    watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    assert watch.state["last"] == 199 and watch.state["window"][-1] == loss_at(199)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_written_between_the_lock_free_read_and_write_is_folded_under_the_lock(
+    api: APIClient, running: tuple[Run, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer changes the watches after this batch read them: the lock-free write
+    does not hold, and the locked transaction folds the batch from the state as it is."""
+    run, token = running
+    feed(api, run, token, {s: loss_at(s) for s in range(100)}, size=50)
+    real = services._watches_locked
+    locked: list[bool] = []
+
+    def racing(run_id: int, keys: set[str], *, lock: bool = True) -> Any:
+        found = real(run_id, keys, lock=lock)
+        if not lock:  # another process writes every watch of the run just after this read
+            AlertWatch.objects.filter(run_id=run_id).update(updated_at=timezone.now())
+        else:
+            locked.append(True)
+        return found
+
+    monkeypatch.setattr(services, "_watches_locked", racing)
+    batch = [("train/loss", s, loss_at(s)) for s in range(100, 200)]
+    assert send(api, run, token, batch).status_code == 200
+    assert locked == [True]
+    watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    assert watch.state["last"] == 199
+    assert watch.state["window"] == [loss_at(s) for s in range(150, 200)]
+    assert not Alert.objects.exists()
 
 
 def test_calm_noise_opens_nothing(api: APIClient, running: tuple[Run, str]) -> None:

@@ -216,6 +216,19 @@ def test_order_and_fold() -> None:
     ]
 
 
+def test_key_columns_cut_an_ordered_batch_by_its_folds() -> None:
+    """The alerts read each key's points in step order from the ingest's ordering."""
+    batch = metrics_parse.PointBatch(
+        ["b", "a", "b", "a"], [2, 7, 1, 3], [2.0, 7.0, 1.0, 3.0], [None] * 4
+    )
+    ordered, folds = metric_writes.points_order_and_fold(batch)
+    assert metric_writes.key_columns(ordered, folds) == {
+        "a": ([3, 7], [3.0, 7.0]),
+        "b": ([1, 2], [1.0, 2.0]),
+    }
+    assert metric_writes.key_columns(ordered, folds) == alerts._columns(None, batch)  # type: ignore[arg-type]
+
+
 def test_portable_path_matches(running: tuple[Run, str]) -> None:
     """SQLite's path (the embedded default), run here on PostgreSQL: same results."""
     run, _ = running

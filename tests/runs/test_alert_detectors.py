@@ -1,0 +1,144 @@
+"""The detectors' fast forms say exactly what the plain ones say: the sustained drop and
+rise detector's windowed form (numpy medians, for batches of SHIFT_VECTOR_FROM points or
+more) what the rule point by point says, for any split of a stream into batches, any sizes
+and warm-up, falling or rising; the spike detector's row medians what ``np.median`` says."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import math
+import random
+from typing import Any
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runs.alerts import detectors
+
+
+def stream(seed: int, length: int) -> list[float]:
+    """A throughput-like series with plateaus, drops, recoveries, repeats and ties."""
+    rng = random.Random(seed)  # noqa: S311  (test data, not secrets)
+    level, out = 100.0, []
+    for _ in range(length):
+        if rng.random() < 0.03:
+            level *= rng.choice([0.5, 0.7, 1.0, 1.4, 2.0])
+        value = level + rng.choice([0.0, 0.0, rng.gauss(0, level * 0.05)])
+        out.append(round(value, rng.choice([0, 2, 6])))
+    return out
+
+
+def run_through(
+    feed: Any, params: dict[str, Any], values: list[float], cuts: list[int], falling: bool
+) -> tuple[list[detectors.Change], dict[str, Any]]:
+    state: dict[str, Any] = {}
+    changes: list[detectors.Change] = []
+    bounds = [0, *sorted(set(cuts)), len(values)]
+    for lo, hi in itertools.pairwise(bounds):
+        steps = list(range(lo, hi))
+        # each batch is resent with its predecessor's last point: that point is skipped
+        if lo:
+            steps, batch = [lo - 1, *steps], [values[lo - 1], *values[lo:hi]]
+        else:
+            batch = values[lo:hi]
+        changes += feed(state, params, "throughput/mfu", steps, batch, falling=falling)
+    return changes, state
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 10_000),
+    length=st.integers(1, 700),
+    cuts=st.lists(st.integers(1, 699), max_size=8),
+    recent=st.integers(1, 40),
+    baseline=st.integers(5, 120),
+    warmup=st.sampled_from([0, 0, 30, 250]),
+    calm=st.integers(1, 6),
+    falling=st.booleans(),
+)
+def test_the_windowed_form_says_what_the_rule_says_point_by_point(
+    seed: int,
+    length: int,
+    cuts: list[int],
+    recent: int,
+    baseline: int,
+    warmup: int,
+    calm: int,
+    falling: bool,
+) -> None:
+    values = stream(seed, length)
+    params = {
+        "recent": recent,
+        "baseline": baseline,
+        "warmup_steps": warmup,
+        "calm_points": calm,
+        "fraction": 0.2,
+        "amount": 10.0,
+    }
+    cuts = [c for c in cuts if c < length]
+
+    def reference(state: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        skip = detectors._new_points(state, args[2], args[3])
+        steps, batch = args[2][skip:], args[3][skip:]
+        if not steps:
+            return []
+        return detectors._shift_feed_loop(state, args[0], args[1], steps, batch, **kwargs)
+
+    expected = run_through(reference, params, values, cuts, falling)
+    got = run_through(detectors.shift_feed, params, values, cuts, falling)
+    assert got == expected
+
+
+def test_a_long_batch_takes_the_windowed_form_and_opens_and_closes_a_drop() -> None:
+    params = {"recent": 20, "baseline": 200, "calm_points": 3, "fraction": 0.2}
+    values = [100.0] * 300 + [50.0] * 100 + [100.0] * 100
+    state: dict[str, Any] = {}
+    changes = detectors.shift_feed(
+        state, params, "throughput/mfu", list(range(500)), values, falling=True
+    )
+    assert [(c.opened, c.step) for c in changes] == [(True, 309), (False, 412)]
+    assert changes[0].message == (
+        "throughput/mfu dropped to a median of 75 over its last 20 points (step 309), "
+        "from 100 before"
+    )
+    assert len(state["recent"]) == 20 and len(state["base"]) == 200 and state["last"] == 499
+
+
+@pytest.mark.parametrize("resized", [{"recent": 10}, {"baseline": 50}])
+def test_a_state_left_by_other_sizes_goes_point_by_point(resized: dict[str, int]) -> None:
+    """A rule edited to smaller windows: the stored windows shrink a point at a time, as the
+    rule always did."""
+    params = {"recent": 20, "baseline": 100, "calm_points": 3, "fraction": 0.2}
+    values = stream(7, 400)
+    state: dict[str, Any] = {}
+    detectors.shift_feed(state, params, "k", list(range(200)), values[:200], falling=True)
+    edited = {**params, **resized}
+    loop_state = copy.deepcopy(state)
+    got = detectors.shift_feed(
+        state, edited, "k", list(range(200, 400)), values[200:], falling=True
+    )
+    expected = detectors._shift_feed_loop(
+        loop_state, edited, "k", list(range(200, 400)), values[200:], falling=True
+    )
+    assert (got, state) == (expected, loop_state)
+    assert not math.isnan(state["ref"])
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    width=st.integers(1, 60),
+    rows=st.integers(1, 30),
+    seed=st.integers(0, 10_000),
+    ties=st.booleans(),
+)
+def test_row_medians_are_numpys_medians_to_the_bit(
+    width: int, rows: int, seed: int, ties: bool
+) -> None:
+    rng = np.random.default_rng(seed)
+    values = rng.integers(0, 4, (rows, width)) * 0.1 if ties else rng.normal(3, 1e-3, (rows, width))
+    assert np.array_equal(detectors.row_medians(values), np.median(values, axis=1))
+    deviations = np.abs(values - detectors.row_medians(values)[:, None])
+    assert np.array_equal(detectors.row_medians(deviations), np.median(deviations, axis=1))
