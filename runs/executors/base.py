@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class ExecutorError(Exception):
@@ -42,6 +42,7 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # written into workdir before start
     time_limit_seconds: int = 3600
+    resources: dict[str, Any] = field(default_factory=dict)  # the recipe's, for a scheduler
 
 
 class Executor(Protocol):

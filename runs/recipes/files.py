@@ -42,6 +42,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "executor": (str,),
     "metrics": (list,),
     "requires_labels": (list,),
+    "resources": (dict,),
     "is_active": (bool,),
 }
 TYPE_NAMES = {
