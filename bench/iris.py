@@ -98,6 +98,7 @@ def main() -> int:
     parser.add_argument("--record", action="store_true")
     args = parser.parse_args()
 
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(1))  # stop the controller too
     root = Path(tempfile.mkdtemp(prefix="marin-bench-iris-"))
     controller, url, iris = controller_start(root)
     log(f"controller at {url}")
@@ -164,9 +165,9 @@ def bench(args: argparse.Namespace) -> int:  # noqa: PLR0915  (three measures, s
         },
     )
 
-    def plan_of(spec: str) -> int:
+    def plan_of(spec: str, steps: int = 10) -> int:
         plan = plan_services.plan_freeze(
-            recipe=recipe, baseline={"steps": 10, "width": 32}, spec_text=spec,
+            recipe=recipe, baseline={"steps": steps, "width": 32}, spec_text=spec,
             budget_accelerator_hours=None,
         )  # fmt: skip
         return int(plan.pk)
@@ -175,15 +176,15 @@ def bench(args: argparse.Namespace) -> int:  # noqa: PLR0915  (three measures, s
     latencies = []
     finished_runs = []
     for round_ in range(args.rounds):
-        plan_id = plan_of(f"axes:\n  steps: [{11 + round_}]\n")
+        plan_id = plan_of("", steps=11 + round_)  # one run, a config of its own
         started = time.perf_counter()
         plan_services.plan_launch(plan_id=plan_id, executor="iris")
         ids = list(Run.objects.filter(plan_id=plan_id).values_list("pk", flat=True))
         while Run.objects.filter(pk__in=ids, external_id="").exists():
             time.sleep(0.01)
-        latencies.append((time.perf_counter() - started) / len(ids))
+        latencies.append(time.perf_counter() - started)
         finished_runs += ids
-        log(f"round {round_ + 1}: {len(ids)} runs submitted, {latencies[-1]:.2f} s per run")
+        log(f"round {round_ + 1}: {len(ids)} run submitted in {latencies[-1]:.2f} s")
     latencies.sort()
     p95 = latencies[min(len(latencies) - 1, round(0.95 * (len(latencies) - 1)))]
     p50 = statistics.median(latencies)
@@ -221,8 +222,9 @@ def bench(args: argparse.Namespace) -> int:  # noqa: PLR0915  (three measures, s
         thread.start()
     started = time.perf_counter()
     plan_services.plan_launch(plan_id=plan_id, executor="iris")
-    total = Run.objects.filter(plan_id=plan_id).count()
-    while Run.objects.filter(plan_id=plan_id).filter(external_id="").exists():
+    dispatched = Run.objects.filter(plan_id=plan_id, cached_from__isnull=True)
+    total = dispatched.count()
+    while dispatched.filter(external_id="").exists():
         time.sleep(0.2)
     many_seconds = time.perf_counter() - started
     stop.set()
@@ -237,14 +239,14 @@ def bench(args: argparse.Namespace) -> int:  # noqa: PLR0915  (three measures, s
     ]
     wanted = {
         f"{prefix}-run-{pk}-attempt-{attempt}"
-        for pk, attempt in Run.objects.filter(plan_id=plan_id).values_list("pk", "attempt")
+        for pk, attempt in dispatched.values_list("pk", "attempt")
     }
     doubled = sum(1 for name in wanted if names.count(name) > 1)
     missing = sum(1 for name in wanted if name not in names)
     log(f"{total} runs dispatched in {many_seconds:.1f} s: {doubled} doubled, {missing} missing")
 
     lines = [
-        f"- approval to job submitted ({args.rounds} one-run launches): median {p50:.2f} s, "
+        f"- approval (the launch) to job submitted ({args.rounds} one-run launches): median {p50:.2f} s, "
         f"p95 {p95:.2f} s (target < 5 s: {'met' if p95 < 5 else 'not met'})",
         f"- one reconcile pass {one_pass:.2f} s; the ended job seen in that one pass: "
         f"{'yes' if seen else 'no'}",

@@ -251,8 +251,29 @@ class IrisExecutor:
                 "no Iris controller is set up on this site (RUNS_IRIS_CONTROLLER_URL)"
             )
         name = self.job_name(job)
-        if found := self.job_by_name(name):  # submitted before (a worker died mid-way): that job
+        try:
+            found = self.job_by_name(name)
+        except ExecutorError as exc:  # down: runs wait in the queue until the backoff is over
+            self.back_off(str(exc))
+            raise
+        if found:  # submitted before (a worker died mid-way): that job, not a second one
             return str(_field(found, "job_id"))
+        # One submit of a name at a time, whichever worker: Iris refuses a second live job of
+        # a name but would start a finished one again, so a racing submit must not go out.
+        lock = f"runs:iris:submitting:{name}"
+        deadline = time.monotonic() + settings.RUNS_IRIS_SUBMIT_TIMEOUT
+        while not cache.add(lock, os.getpid(), timeout=int(settings.RUNS_IRIS_SUBMIT_TIMEOUT) + 5):
+            if time.monotonic() > deadline:
+                raise ExecutorError(f"job {name} is still being submitted by another worker")
+            time.sleep(0.5)
+        try:
+            if found := self.job_by_name(name):  # the other worker's submit went through
+                return str(_field(found, "job_id"))
+            return self._submit(job, name)
+        finally:
+            cache.delete(lock)
+
+    def _submit(self, job: JobSpec, name: str) -> str:
         workdir = job.workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         for file_name, content in job.files.items():

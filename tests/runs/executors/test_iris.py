@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,23 @@ def test_a_job_runs_once_with_its_files_and_env_and_its_secret_in_no_argv(
     provenance = stored["request"]["environment"]["envVars"].get("MARIN_PROVENANCE", "")
     assert "RUN_ID" in provenance  # Iris keeps the submitting command line...
     assert SECRET not in provenance  # ...which holds no secret
+
+
+def test_workers_racing_to_submit_one_job_start_it_once(
+    iris: IrisExecutor, argv_seen: list[list[str]], tmp_path: Path
+) -> None:
+    """Iris would start a finished job of the same name again: a racing submit waits."""
+    spec = job(tmp_path, "race", "print('once')")
+    answers: list[str] = []
+    racers = [threading.Thread(target=lambda: answers.append(iris.submit(spec))) for _ in range(3)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert len(answers) == 3
+    assert len(set(answers)) == 1
+    assert len([argv for argv in argv_seen if "run" in argv and "job" in argv]) == 1
+    assert wait_for(lambda: ended(iris, answers[0]), timeout=120) == JobState.SUCCEEDED
 
 
 def test_failures_cancel_and_a_job_iris_does_not_know(iris: IrisExecutor, tmp_path: Path) -> None:
