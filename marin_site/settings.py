@@ -302,7 +302,7 @@ RUNS_IRIS_HOME = os.environ.get("RUNS_IRIS_HOME", "")  # the command's HOME (its
 RUNS_IRIS_JOB_PREFIX = os.environ.get("RUNS_IRIS_JOB_PREFIX", "marin-site")
 RUNS_IRIS_LOCAL = env_bool("RUNS_IRIS_LOCAL", default=False)  # tasks run on this machine
 RUNS_IRIS_SUBMIT_TIMEOUT = float(os.environ.get("RUNS_IRIS_SUBMIT_TIMEOUT", "120"))
-RUNS_IRIS_LOGS_TIMEOUT = float(os.environ.get("RUNS_IRIS_LOGS_TIMEOUT", "20"))
+RUNS_IRIS_LOGS_TIMEOUT = float(os.environ.get("RUNS_IRIS_LOGS_TIMEOUT", "10"))
 RUNS_IRIS_BACKOFF_SECONDS = float(os.environ.get("RUNS_IRIS_BACKOFF_SECONDS", "15"))
 RUNS_IRIS_BACKOFF_MAX_SECONDS = float(os.environ.get("RUNS_IRIS_BACKOFF_MAX_SECONDS", "600"))
 # tracker_metrics.jsonl uploads (runs/trackers/jsonl.py): streamed, never held in memory.

@@ -43,6 +43,7 @@ def iris(iris_controller: IrisController, settings: Any) -> IrisExecutor:  # noq
     settings.RUNS_IRIS_COMMAND = iris_controller.command
     settings.RUNS_IRIS_HOME = iris_controller.home
     settings.RUNS_IRIS_LOCAL = True
+    settings.RUNS_IRIS_LOGS_TIMEOUT = 180  # a loaded machine starts the command slowly
     settings.RUNS_IRIS_JOB_PREFIX = f"t{uuid.uuid4().hex[:10]}"  # one controller, many tests
     executor = get_executor("iris")
     assert isinstance(executor, IrisExecutor)
