@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class ExecutorError(Exception):
@@ -45,6 +45,7 @@ class JobSpec:
     # A clean checkout of the pinned commit to run from (``runs/executors/code.py``): the
     # job imports its code from there (and a remote executor ships it); None: the site's tree.
     code_dir: Path | None = None
+    resources: dict[str, Any] = field(default_factory=dict)  # the recipe's, for a scheduler
 
 
 class Executor(Protocol):

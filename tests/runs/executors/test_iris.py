@@ -1,0 +1,373 @@
+"""The iris executor against a real Iris controller started locally (one per session).
+
+Every `iris` command costs seconds to start, so each test submits few jobs; status,
+look-ups and cancels go through the controller's RPCs and are quick.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.core.exceptions import ValidationError
+from django.utils import timezone
+
+from runs.executors import ExecutorError, JobSpec, JobState, get_executor
+from runs.executors import iris as iris_module
+from runs.executors.iris import IrisExecutor, iris_status, resource_flags, resources_problems
+from runs.models import MetricPoint, PlanLaunch, Recipe, Run, RunEvent, RunState
+from runs.services import dispatch, reconcile
+from runs.services import plans as plan_services
+from runs.services.recipes import recipe_validate
+from tests.factories import TINY_MOE, RecipeFactory
+from tests.runs.executors.iris_controller import IrisController, iris_controller  # noqa: F401
+from tests.runs.runs_helpers import eager_tasks, frozen_plan, wait_for  # noqa: F401
+
+pytestmark = pytest.mark.iris
+
+SECRET = "s3cr3t-" + uuid.uuid4().hex
+
+
+@pytest.fixture
+def iris(iris_controller: IrisController, settings: Any) -> IrisExecutor:  # noqa: F811
+    cache.delete(iris_module.BACKOFF_KEY)
+    settings.RUNS_IRIS_CONTROLLER_URL = iris_controller.url
+    settings.RUNS_IRIS_COMMAND = iris_controller.command
+    settings.RUNS_IRIS_HOME = iris_controller.home
+    settings.RUNS_IRIS_LOCAL = True
+    settings.RUNS_IRIS_LOGS_TIMEOUT = 180  # a loaded machine starts the command slowly
+    settings.RUNS_IRIS_JOB_PREFIX = f"t{uuid.uuid4().hex[:10]}"  # one controller, many tests
+    executor = get_executor("iris")
+    assert isinstance(executor, IrisExecutor)
+    return executor
+
+
+@pytest.fixture
+def argv_seen(monkeypatch: Any) -> list[list[str]]:
+    """Every argument list the executor starts a process with (the processes do start)."""
+    seen: list[list[str]] = []
+    real_run = subprocess.run
+
+    def spy(command: list[str], *args: Any, **kwargs: Any) -> Any:
+        seen.append(list(command))
+        return real_run(command, *args, **kwargs)
+
+    monkeypatch.setattr(iris_module.subprocess, "run", spy)
+    return seen
+
+
+def job(tmp_path: Path, name: str, code: str, **env: str) -> JobSpec:
+    return JobSpec(
+        job_id=f"{name}-attempt-1",
+        argv=[sys.executable, "-c", code],
+        workdir=tmp_path / name,
+        env={"RUN_ID": "7", **env},
+        files={"config.json": json.dumps({"width": 32})},
+    )
+
+
+def ended(executor: IrisExecutor, job_id: str) -> JobState | None:
+    status = executor.poll(job_id)
+    return status.state if status.is_done else None
+
+
+def test_a_job_runs_once_with_its_files_and_env_and_its_secret_in_no_argv(
+    iris: IrisExecutor, argv_seen: list[list[str]], tmp_path: Path
+) -> None:
+    code = (
+        "import os, json; "
+        "print('run', os.environ['RUN_ID'], json.load(open('config.json'))['width'], "
+        "'token ok' if os.environ['RUN_TOKEN'] == os.environ['EXPECTED_KEY'] else 'token bad')"
+    )
+    # Both secrets (the run's token, a name saying KEY) reach the job, never an argv.
+    spec = job(tmp_path, "ok", code, RUN_TOKEN=SECRET, EXPECTED_KEY=SECRET)
+    external_id = iris.submit(spec)
+    assert external_id.endswith(f"/{iris.job_name(spec)}")
+    assert iris.submit(spec) == external_id  # found by its name: no second job
+    assert wait_for(lambda: ended(iris, external_id), timeout=120) == JobState.SUCCEEDED
+    logs = iris.logs(external_id)
+    assert "run 7 32 token ok" in logs
+    assert SECRET not in logs
+    submits = [argv for argv in argv_seen if "run" in argv and "job" in argv]
+    assert len(submits) == 1
+    assert submits[0][submits[0].index("-e") :][:3] == ["-e", "RUN_ID", "7"]
+    assert all(SECRET not in arg for argv in argv_seen for arg in argv)
+    assert not (spec.workdir / ".marin.yaml").exists()  # the secrets' file is gone
+    stored = iris._rpc("GetJobStatus", {"job_id": external_id})
+    assert SECRET not in json.dumps(stored.get("job", {}))
+    provenance = stored["request"]["environment"]["envVars"].get("MARIN_PROVENANCE", "")
+    assert "RUN_ID" in provenance  # Iris keeps the submitting command line...
+    assert SECRET not in provenance  # ...which holds no secret
+
+
+def test_workers_racing_to_submit_one_job_start_it_once(
+    iris: IrisExecutor, argv_seen: list[list[str]], tmp_path: Path
+) -> None:
+    """Iris would start a finished job of the same name again: a racing submit waits."""
+    spec = job(tmp_path, "race", "print('once')")
+    answers: list[str] = []
+    racers = [threading.Thread(target=lambda: answers.append(iris.submit(spec))) for _ in range(3)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join()
+    assert len(answers) == 3
+    assert len(set(answers)) == 1
+    assert len([argv for argv in argv_seen if "run" in argv and "job" in argv]) == 1
+    assert wait_for(lambda: ended(iris, answers[0]), timeout=120) == JobState.SUCCEEDED
+
+
+def test_failures_cancel_and_a_job_iris_does_not_know(iris: IrisExecutor, tmp_path: Path) -> None:
+    bad = iris.submit(job(tmp_path, "bad", "raise SystemExit(2)"))
+    slow = iris.submit(job(tmp_path, "slow", "import time; time.sleep(300)"))
+    assert wait_for(lambda: ended(iris, bad), timeout=120) == JobState.FAILED
+    assert iris.poll(bad).failure_kind == "config"
+    wait_for(lambda: iris.poll(slow).state == JobState.RUNNING, timeout=120)
+    iris.cancel(slow)
+    assert wait_for(lambda: ended(iris, slow), timeout=60) == JobState.STOPPED
+    iris.cancel(slow)  # idempotent
+    gone = iris.poll("/nobody/never-submitted")
+    assert gone.state == JobState.MISSING
+    iris.cancel("/nobody/never-submitted")  # nothing to stop: no error
+
+
+def test_a_refused_submit_says_why_and_backs_off(
+    iris: IrisExecutor, tmp_path: Path, settings: Any
+) -> None:
+    spec = job(tmp_path, "refused", "print(1)")
+    refused = JobSpec(**{**spec.__dict__, "resources": {"gpu": "NOSUCHGPU"}})
+    with pytest.raises(ExecutorError, match=r"Iris refused job .*NOSUCHGPU"):
+        iris.submit(refused)
+    assert iris.job_by_name(iris.job_name(refused)) is None  # nothing half-made
+    reason = iris.unavailable()  # runs wait in the queue with the reason
+    assert "NOSUCHGPU" in reason
+    assert "tried again in" in reason
+    cache.delete(iris_module.BACKOFF_KEY)
+    assert iris.unavailable() == ""
+
+
+def test_iris_down_keeps_runs_waiting_with_the_reason(settings: Any, tmp_path: Path) -> None:
+    cache.delete(iris_module.BACKOFF_KEY)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed once the block ends: nobody listens there
+    settings.RUNS_IRIS_CONTROLLER_URL = f"http://127.0.0.1:{port}"
+    settings.RUNS_IRIS_COMMAND = "/bin/true"
+    executor = IrisExecutor()
+    reason = executor.unavailable()
+    assert f"Iris at http://127.0.0.1:{port} does not answer" in reason
+    again = executor.unavailable()  # within the backoff: no new try, the time left said
+    assert "does not answer" in again
+    assert "tried again in" in again
+    with pytest.raises(ExecutorError, match="does not answer"):
+        executor.submit(job(tmp_path, "down", "print(1)"))
+    with pytest.raises(ExecutorError, match="does not answer"):
+        executor.poll("/x/run-1-attempt-1")
+    settings.RUNS_IRIS_CONTROLLER_URL = ""
+    assert "no Iris controller is set up" in IrisExecutor().unavailable()
+    cache.delete(iris_module.BACKOFF_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("eager_tasks")
+def test_tiny_recipe_trains_on_iris_a_worker_dying_mid_submit_starts_no_second_job(
+    iris: IrisExecutor, live_server: Any, settings: Any, tmp_path: Path, recipe: Any
+) -> None:
+    settings.RUNS_API_URL = f"{live_server.url}/api/v1/"
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    # Ten steps train to the end; 5000 run long enough to be found again, then canceled.
+    plan = frozen_plan(recipe, "axes:\n  steps: [5000]\n", baseline={"steps": 10, "width": 32})
+    plan_services.plan_launch(plan_id=plan.pk, executor="iris")  # eager: expands, dispatches
+    trained, long = sorted(Run.objects.filter(plan=plan), key=lambda run: run.config["steps"])
+    prefix = settings.RUNS_IRIS_JOB_PREFIX
+    assert trained.external_id.endswith(f"/{prefix}-run-{trained.pk}-attempt-1")
+    assert long.state == RunState.RUNNING
+    # The long run's worker died after Iris took the job but before the site kept its id.
+    long_id = long.external_id
+    Run.objects.filter(pk=long.pk).update(external_id="")
+    reconcile.run_reconcile(run_id=long.pk)  # the reconciler submits again: finds that job
+    long.refresh_from_db()
+    assert long.external_id == long_id
+    answer = iris._rpc("ListJobs", {"query": {"name_filter": f"run-{long.pk}-attempt-1"}})
+    assert [job["jobId"] for job in answer["jobs"]] == [long_id]  # one job, never two
+    wait_for(lambda: iris.poll(long_id).state == JobState.RUNNING, timeout=120)
+    Run.objects.filter(pk=long.pk).update(cancel_requested_at=timezone.now())
+
+    def settled() -> bool:
+        reconcile.runs_reconcile()
+        return not Run.objects.filter(plan=plan, state=RunState.RUNNING).exists()
+
+    wait_for(settled, timeout=240, every=1.0)
+    trained.refresh_from_db()
+    long.refresh_from_db()
+    assert trained.state == RunState.FINISHED, iris.logs(trained.external_id)
+    assert MetricPoint.objects.filter(run=trained, key="train/loss").count() == 10
+    assert long.state == RunState.KILLED
+    assert iris.poll(long_id).state == JobState.STOPPED
+    assert PlanLaunch.objects.get(plan=plan).summary is not None
+
+
+@pytest.mark.django_db
+def test_a_job_that_vanished_from_iris_is_crashed(
+    iris: IrisExecutor, settings: Any, tmp_path: Path, recipe: Any
+) -> None:
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    plan = frozen_plan(recipe, "axes:\n  steps: [10]\n", baseline={"steps": 10, "width": 32})
+    plan_services.plan_launch(plan_id=plan.pk, executor="iris")
+    dispatch.plan_expand(plan_id=plan.pk)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    Run.objects.filter(pk=run.pk).update(state=RunState.RUNNING, external_id="/marin-site/gone")
+    reconcile.run_reconcile(run_id=run.pk)
+    run.refresh_from_db()
+    assert (run.state, run.failure_kind) == (RunState.CRASHED, "infra")
+    assert "vanished" in run.state_reason
+
+
+@pytest.mark.parametrize(
+    ("job", "expected", "kind"),
+    [
+        ({"state": "JOB_STATE_PENDING", "pendingReason": "no workers"}, JobState.PENDING, ""),
+        ({"state": "JOB_STATE_BUILDING"}, JobState.PENDING, ""),
+        ({"state": "JOB_STATE_RUNNING"}, JobState.RUNNING, ""),
+        ({"state": "JOB_STATE_SUCCEEDED", "exitCode": 0}, JobState.SUCCEEDED, ""),
+        ({"state": "JOB_STATE_KILLED", "error": "Terminated by user"}, JobState.STOPPED, ""),
+        (
+            {"state": "JOB_STATE_FAILED", "error": "Exit code: 2. stderr: bad flag"},
+            JobState.FAILED,
+            "config",
+        ),
+        (
+            {"state": "JOB_STATE_FAILED", "exit_code": 1, "failure_count": 1},
+            JobState.FAILED,
+            "code",
+        ),
+        (
+            {"state": "JOB_STATE_FAILED", "error": "Task OOM killed", "failureCount": 1},
+            JobState.FAILED,
+            "oom",
+        ),
+        ({"state": "JOB_STATE_FAILED", "exitCode": 137}, JobState.KILLED, ""),
+        ({"state": "JOB_STATE_WORKER_FAILED", "preemptionCount": 1}, JobState.PREEMPTED, ""),
+        (
+            {"state": "JOB_STATE_FAILED", "preemptionCount": 3, "failureCount": 0},
+            JobState.PREEMPTED,
+            "",
+        ),
+        (
+            {"state": "JOB_STATE_UNSCHEDULABLE", "pendingReason": "no v5p-8 anywhere"},
+            JobState.FAILED,
+            "config",
+        ),
+    ],
+)
+def test_an_iris_job_s_state_is_read_from_its_status(
+    job: dict[str, Any], expected: JobState, kind: str
+) -> None:
+    status = iris_status(job)
+    assert (status.state, status.failure_kind) == (expected, kind)
+
+
+def test_a_recipe_s_resources_are_checked_when_it_is_saved() -> None:
+    data = {
+        **TINY_MOE,
+        "resources": {"gpu": "H100x8", "cpu": -1, "priority": "system", "colour": "red"},
+    }
+    with pytest.raises(ValidationError) as refused:
+        recipe_validate(data=data)
+    problems = refused.value.message_dict["resources"]
+    assert any(p.startswith("'colour' is not a resource") for p in problems)
+    assert "cpu: a number of cores above 0, at most 1024" in problems
+    assert any(p.startswith("priority: one of production") for p in problems)
+    assert not any(p.startswith("gpu") for p in problems)
+    assert resources_problems("v5p-8") == [
+        "must be a mapping of tpu, gpu, cpu, memory, disk, region, zone, ... to values"
+    ]
+    assert resources_problems({"tpu": "v5p-8", "memory": "lots", "region": "us"}) == [
+        "memory: a size such as 16GB or 512MiB",
+        "region: a list of region names such as us-central2",
+    ]
+    recipe_validate(data={**TINY_MOE, "resources": {"tpu": "v5p-8", "region": ["us-central2"]}})
+
+
+@pytest.mark.django_db
+def test_the_recipe_s_resources_become_the_job_s_flags(settings: Any, tmp_path: Path) -> None:
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    recipe = RecipeFactory.create(
+        resources={
+            "tpu": "v5p-8",
+            "cpu": 4,
+            "memory": "16GB",
+            "region": ["us-central2", "us-east5"],
+            "preemptible": False,
+            "priority": "batch",
+            "reserve": ["v5p-8"],
+        }
+    )
+    plan = frozen_plan(recipe, "axes:\n  steps: [12]\n", baseline={"steps": 10, "width": 32})
+    Recipe.objects.filter(pk=recipe.pk).update(resources={})  # the plan keeps what it froze
+    plan_services.plan_launch(plan_id=plan.pk, executor="iris")
+    dispatch.plan_expand(plan_id=plan.pk)
+    run = Run.objects.filter(plan=plan).first()
+    assert run is not None
+    flags = resource_flags(dispatch.run_job_spec(run=run).resources)
+    assert flags == [
+        "--tpu",
+        "v5p-8",
+        "--enable-extra-resources",
+        "--cpu",
+        "4",
+        "--memory",
+        "16GB",
+        "--priority",
+        "batch",
+        "--region",
+        "us-central2",
+        "--region",
+        "us-east5",
+        "--reserve",
+        "v5p-8",
+        "--no-preemptible",
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("eager_tasks")
+def test_runs_iris_refuses_or_cannot_reach_stay_queued_saying_why(
+    iris: IrisExecutor, settings: Any, tmp_path: Path
+) -> None:
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    recipe = RecipeFactory.create(resources={"gpu": "NOSUCHGPU"})  # Iris knows no such GPU
+    plan = frozen_plan(recipe, "axes:\n  steps: [12]\n", baseline={"steps": 10, "width": 32})
+    plan_services.plan_launch(plan_id=plan.pk, executor="iris")  # eager: submits, is refused
+    runs = list(Run.objects.filter(plan=plan).order_by("pk"))
+    assert [run.state for run in runs] == [RunState.QUEUED, RunState.QUEUED]
+    for run in runs:
+        assert run.state_reason.startswith("waiting: Iris refused job"), run.state_reason
+        assert "NOSUCHGPU" in run.state_reason
+        assert (run.attempt, run.external_id, run.started_at) == (1, "", None)
+        assert iris.job_by_name(f"{settings.RUNS_IRIS_JOB_PREFIX}-run-{run.pk}-attempt-1") is None
+    assert RunEvent.objects.filter(run=runs[0], message__startswith="not submitted").exists()
+    dispatch.runs_dispatch()  # within the backoff: nobody tries again, the reason stays
+    for run in Run.objects.filter(plan=plan):
+        assert run.state == RunState.QUEUED
+        assert "tried again in" in run.state_reason
+    # Iris goes down: the next pass after the backoff finds it silent; the runs wait on.
+    cache.delete(iris_module.BACKOFF_KEY)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    settings.RUNS_IRIS_CONTROLLER_URL = f"http://127.0.0.1:{port}"
+    reconcile.runs_reconcile()
+    for run in Run.objects.filter(plan=plan):
+        assert run.state == RunState.QUEUED
+        assert run.state_reason.startswith(f"waiting: Iris at http://127.0.0.1:{port} does not")
+    cache.delete(iris_module.BACKOFF_KEY)
