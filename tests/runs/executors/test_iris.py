@@ -29,7 +29,8 @@ from runs.services import plans as plan_services
 from runs.services.recipes import recipe_validate
 from tests.factories import TINY_MOE, RecipeFactory
 from tests.runs.executors.iris_controller import IrisController, iris_controller  # noqa: F401
-from tests.runs.runs_helpers import eager_tasks, frozen_plan, wait_for  # noqa: F401
+from tests.runs.git_helpers import git, repo_fixture  # noqa: F401  (the repo fixture)
+from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan, wait_for  # noqa: F401
 
 pytestmark = pytest.mark.iris
 
@@ -213,6 +214,73 @@ def test_tiny_recipe_trains_on_iris_a_worker_dying_mid_submit_starts_no_second_j
     assert long.state == RunState.KILLED
     assert iris.poll(long_id).state == JobState.STOPPED
     assert PlanLaunch.objects.get(plan=plan).summary is not None
+
+
+# Copies the manifest and the recipe's variable it was handed, then runs the pinned module.
+PINNED_TOGETHER = (
+    '{python} -c "import os, runpy, shutil; '
+    "shutil.copy(os.environ['RUN_MANIFEST'], 'seen.json'); "
+    "open('env.txt', 'w').write(os.environ['WANDB_PROJECT']); "
+    "runpy.run_module('pinned_job', run_name='__main__')\""
+)
+
+
+@pytest.mark.django_db
+def test_one_iris_job_trains_the_plan_from_the_pinned_commit(
+    iris: IrisExecutor,
+    argv_seen: list[list[str]],
+    recipe: Any,
+    repo: Path,
+    settings: Any,
+    tmp_path: Path,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The job is submitted from a copy of the pinned commit's clean checkout (not the
+    site's tree, not the repository's newer commit), with the filled command, the recipe's
+    allowed variable and the manifest of both runs; both runs take the one job's end."""
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    settings.RUNS_CODE_DIR = tmp_path / "code"
+    settings.RUNS_CODE_REPOSITORY = str(repo)
+    first = git("rev-parse", "HEAD~1", cwd=repo)
+    plan = launched_plan(recipe, executor="iris", git_ref=first[:12])
+    PlanLaunch.objects.filter(plan=plan).update(
+        command_template=PINNED_TOGETHER,
+        launch_options={"trainings": "plan", "env": {"WANDB_PROJECT": "marin_moe"}},
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        started = dispatch.runs_dispatch()
+    runs = list(Run.objects.filter(plan=plan).order_by("entry__index"))
+    assert sorted(started) == [run.pk for run in runs]
+    assert len({run.external_id for run in runs}) == 1 and runs[0].external_id.startswith("/")
+    assert all((run.git_sha, run.git_clean) == (first, True) for run in runs)
+    submits = [argv for argv in argv_seen if "run" in argv and "job" in argv]
+    assert len(submits) == 1  # one job for the plan
+    submit = submits[0]
+    assert submit[submit.index("WANDB_PROJECT") - 1 :][:3] == ["-e", "WANDB_PROJECT", "marin_moe"]
+    assert submit[submit.index("RUN_MANIFEST") - 1 :][:3] == [
+        "-e",
+        "RUN_MANIFEST",
+        "trainings.json",
+    ]
+
+    def ended() -> list[Run] | None:
+        for run in runs:
+            reconcile.run_reconcile(run_id=run.pk)
+        fresh = [Run.objects.get(pk=run.pk) for run in runs]
+        return fresh if all(run.is_terminal for run in fresh) else None
+
+    done = wait_for(ended, timeout=180, every=1.0)
+    assert [run.state for run in done] == [RunState.FINISHED, RunState.FINISHED], iris.logs(
+        runs[0].external_id
+    )
+    folder = dispatch.run_workdir(run=runs[0])
+    assert json.loads((folder / "which.json").read_text()) == {"version": "first"}
+    assert not (folder / ".git").exists()  # the tree, not the repository
+    assert (folder / "env.txt").read_text() == "marin_moe"
+    seen = json.loads((folder / "seen.json").read_text())
+    assert [t["run_id"] for t in seen["trainings"]] == [run.pk for run in runs]
+    checkout = Path(settings.RUNS_CODE_DIR) / "trees" / first
+    assert not (checkout / "which.json").exists()  # the shared checkout was not written to
 
 
 @pytest.mark.django_db
