@@ -20,14 +20,26 @@ from django.core.cache import cache
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from proposals import services as proposal_services
+from proposals.models import State
+from proposals.selectors import proposal_status_text
 from runs.executors import ExecutorError, JobSpec, JobState, get_executor
 from runs.executors import iris as iris_module
 from runs.executors.iris import IrisExecutor, iris_status, resource_flags, resources_problems
-from runs.models import MetricPoint, PlanLaunch, Recipe, Run, RunEvent, RunState
-from runs.services import dispatch, reconcile
+from runs.models import (
+    DryRun,
+    DryRunState,
+    MetricPoint,
+    PlanLaunch,
+    Recipe,
+    Run,
+    RunEvent,
+    RunState,
+)
+from runs.services import dispatch, dry_runs, reconcile
 from runs.services import plans as plan_services
-from runs.services.recipes import recipe_validate
-from tests.factories import TINY_MOE, RecipeFactory
+from runs.services.recipes import recipe_update, recipe_validate
+from tests.factories import TINY_MOE, ProposalFactory, RecipeFactory, UserFactory
 from tests.runs.executors.iris_controller import IrisController, iris_controller  # noqa: F401
 from tests.runs.git_helpers import git, repo_fixture  # noqa: F401  (the repo fixture)
 from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan, wait_for  # noqa: F401
@@ -281,6 +293,97 @@ def test_one_iris_job_trains_the_plan_from_the_pinned_commit(
     assert [t["run_id"] for t in seen["trainings"]] == [run.pk for run in runs]
     checkout = Path(settings.RUNS_CODE_DIR) / "trees" / first
     assert not (checkout / "which.json").exists()  # the shared checkout was not written to
+
+
+# Prints its plan when given --dry_run true; would train (here: refuses) when given --run.
+DRY_RUN_SCRIPT = (
+    "import json, sys; args = sys.argv[1:]; "
+    "assert '--run' not in args, 'the dry run must not train'; "
+    "print('would train', json.load(open('config.json'))['steps'], 'steps'); "
+    "print('DRY_RUN', json.dumps(dict(steps=12, flops=3.5e12, cost=0.25)))"
+)
+
+
+def proposal_with_dry_run_mode(recipe: Any) -> Any:
+    recipe = recipe_update(
+        recipe=recipe,
+        data={
+            "command_template": ["{python}", "-c", DRY_RUN_SCRIPT, "--run"],
+            "launch": {"dry_run": {"drop": ["--run"], "append": ["--dry_run", "true"]}},
+        },
+    )
+    author = UserFactory.create(username="carla", roles=["contributor"])
+    return ProposalFactory.create(author=author, recipe=recipe, state=State.SUBMITTED)
+
+
+@pytest.mark.django_db
+def test_a_dry_run_runs_on_iris_as_a_cpu_job_and_shows_on_the_proposal_and_its_status(
+    iris: IrisExecutor,
+    argv_seen: list[list[str]],
+    recipe: Any,
+    settings: Any,
+    tmp_path: Path,
+    client: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    settings.RUNS_DRY_RUN_EXECUTOR = "iris"
+    proposal = proposal_with_dry_run_mode(recipe)
+    maintainer = UserFactory.create(username="max", roles=["maintainer"])
+    with django_capture_on_commit_callbacks(execute=False):  # the worker's task, below
+        dry_run = proposal_services.proposal_dry_run(proposal_id=proposal.pk, actor=maintainer)
+    external_id = dry_runs.dry_run_submit(dry_run_id=dry_run.pk)
+    assert external_id.endswith(f"/{settings.RUNS_IRIS_JOB_PREFIX}-dry-run-{dry_run.pk}")
+    submit = next(argv for argv in argv_seen if "run" in argv and "job" in argv)
+    assert submit[submit.index("--cpu") :][:2] == ["--cpu", "1"]  # a CPU job
+    assert not {"--tpu", "--gpu"} & set(submit)
+    assert dry_runs.dry_run_submit(dry_run_id=dry_run.pk) == ""  # running: not again
+    before = client.get(f"/proposals/{proposal.pk}/").content.decode()  # kept as a fragment
+    assert "Running</span> Dry run" in before and "3.5e+12" not in before
+
+    def ended() -> DryRun | None:
+        done = dry_runs.dry_run_settle(dry_run_id=dry_run.pk)
+        return done if done is not None and done.state in ("succeeded", "failed") else None
+
+    done = wait_for(ended, timeout=180, every=1.0)
+    assert done.state == DryRunState.SUCCEEDED, (done.reason, done.output)
+    assert done.figures == {"steps": 12.0, "flops": 3.5e12, "cost": 0.25}
+    assert "would train" in done.output
+    status = proposal_status_text(proposal)
+    assert f"dry run {dry_run.pk}: succeeded (12 steps, 3.5e+12 FLOPs, cost 0.25)" in status
+    assert "the site's estimate" in status
+    page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    assert "Dry runs" in page
+    assert "The script says" in page and "3.5e+12" in page  # its end made the fragment stale
+    assert "Succeeded</span> Dry run" in page
+    assert f"Dry run {dry_run.pk} on <code>iris</code>" in page
+
+
+@pytest.mark.django_db
+def test_a_dry_run_waits_saying_why_while_iris_does_not_answer(
+    recipe: Any, settings: Any, tmp_path: Path, client: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    cache.delete(iris_module.BACKOFF_KEY)
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    settings.RUNS_DRY_RUN_EXECUTOR = "iris"
+    settings.RUNS_IRIS_COMMAND = "/bin/true"
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # nobody listens there once the block ends
+    settings.RUNS_IRIS_CONTROLLER_URL = f"http://127.0.0.1:{port}"
+    proposal = proposal_with_dry_run_mode(recipe)
+    maintainer = UserFactory.create(username="max", roles=["maintainer"])
+    with django_capture_on_commit_callbacks(execute=False):
+        dry_run = proposal_services.proposal_dry_run(proposal_id=proposal.pk, actor=maintainer)
+    assert dry_runs.dry_run_submit(dry_run_id=dry_run.pk) == ""
+    dry_runs.dry_runs_settle()  # the reconciler's pass, within the backoff: still waiting
+    waiting = DryRun.objects.get(pk=dry_run.pk)
+    assert waiting.state == DryRunState.QUEUED
+    assert waiting.reason.startswith(f"waiting: Iris at http://127.0.0.1:{port} does not answer")
+    assert "tried again in" in waiting.reason
+    assert "does not answer" in proposal_status_text(proposal)
+    assert "does not answer" in client.get(f"/proposals/{proposal.pk}/").content.decode()
+    cache.delete(iris_module.BACKOFF_KEY)
 
 
 @pytest.mark.django_db
