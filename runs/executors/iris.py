@@ -48,6 +48,7 @@ from django.conf import settings
 from django.core.cache import cache
 
 from runs.executors.base import ExecutorError, JobSpec, JobState, JobStatus
+from runs.executors.code import checkout_copy
 
 logger = logging.getLogger(__name__)
 
@@ -279,7 +280,7 @@ class IrisExecutor:
         workdir = job.workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
         if job.code_dir is not None:  # the pinned commit's tree is what Iris bundles
-            code_copy(job.code_dir, workdir)
+            checkout_copy(job.code_dir, workdir)
         for file_name, content in job.files.items():
             (workdir / file_name).write_text(content)
         plain = {k: v for k, v in job.env.items() if not is_secret(k)}
@@ -403,20 +404,6 @@ class IrisExecutor:
         except OSError as exc:
             raise ExecutorError(f"the Iris command cannot start: {exc}") from exc
         return Answer(done.returncode, done.stdout, done.stderr)
-
-
-def code_copy(source: Path, workdir: Path) -> None:
-    """Copy the pinned commit's checkout (shared by every job at that commit, never written
-    to) into the job's working folder, its ``.git`` left out: the folder is the workspace
-    ``iris job run`` bundles and the job starts in. A copy, not links: a job writing a file
-    of its tree must not change the checkout the others run."""
-    shutil.copytree(
-        source,
-        workdir,
-        ignore=shutil.ignore_patterns(".git"),
-        symlinks=True,
-        dirs_exist_ok=True,
-    )
 
 
 # Runs in the site's Python on a local controller's machine: chdir, then become the job.
