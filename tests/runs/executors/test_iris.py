@@ -7,6 +7,8 @@ look-ups and cancels go through the controller's RPCs and are quick.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -18,6 +20,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
+from django.db import connection
 from django.utils import timezone
 
 from proposals import services as proposal_services
@@ -384,6 +387,64 @@ def test_a_dry_run_waits_saying_why_while_iris_does_not_answer(
     assert "does not answer" in proposal_status_text(proposal)
     assert "does not answer" in client.get(f"/proposals/{proposal.pk}/").content.decode()
     cache.delete(iris_module.BACKOFF_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_worker_killed_mid_submit_leaves_no_orphan_job(
+    iris: IrisExecutor, recipe: Any, settings: Any, tmp_path: Path
+) -> None:
+    """A real worker process is killed (SIGKILL, with its `iris` command) once Iris has the
+    job but before the site kept its id: the reconciler finds that job by its name and
+    keeps it; Iris holds one job of that name, never two."""
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    plan = launched_plan(recipe, "", executor="iris")
+    PlanLaunch.objects.filter(plan=plan).update(command_template="{python} -c \"print('once')\"")
+    run = Run.objects.get(plan=plan)
+    assert dispatch.run_start(run_id=run.pk, submit=False) is not None  # running, no job yet
+    db = connection.settings_dict
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:"
+        f"{db['PORT'] or 5432}/{db['NAME']}",
+        "DJANGO_SETTINGS_MODULE": "marin_site.settings",
+        "RUNS_IRIS_CONTROLLER_URL": settings.RUNS_IRIS_CONTROLLER_URL,
+        "RUNS_IRIS_COMMAND": settings.RUNS_IRIS_COMMAND,
+        "RUNS_IRIS_HOME": settings.RUNS_IRIS_HOME,
+        "RUNS_IRIS_LOCAL": "1",
+        "RUNS_IRIS_JOB_PREFIX": settings.RUNS_IRIS_JOB_PREFIX,
+        "RUNS_WORK_DIR": str(settings.RUNS_WORK_DIR),
+        "LOG_LEVEL": "WARNING",
+    }
+    code = (
+        "import django; django.setup(); from runs.services.dispatch import run_submit; "
+        f"run_submit(run_id={run.pk})"
+    )
+    worker = subprocess.Popen(  # noqa: S603
+        [sys.executable, "-c", code],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    name = f"{settings.RUNS_IRIS_JOB_PREFIX}-run-{run.pk}-attempt-1"
+    try:
+        found = wait_for(lambda: iris.job_by_name(name), timeout=180, every=0.02)
+    finally:
+        os.killpg(worker.pid, signal.SIGKILL)  # the worker and its `iris` command
+        worker.wait(timeout=30)
+    orphan = str(found["jobId"])
+    killed = Run.objects.get(pk=run.pk)
+    assert (killed.state, killed.external_id) == (RunState.RUNNING, "")  # its id never kept
+    reconcile.run_reconcile(run_id=run.pk)  # submits again: finds the job by its name
+    assert Run.objects.get(pk=run.pk).external_id == orphan
+    answer = iris._rpc("ListJobs", {"query": {"name_filter": name}})
+    assert [job["jobId"] for job in answer["jobs"]] == [orphan]  # one job, not two
+
+    def finished() -> bool:
+        reconcile.run_reconcile(run_id=run.pk)
+        return Run.objects.get(pk=run.pk).state == RunState.FINISHED
+
+    wait_for(finished, timeout=180, every=1.0)
 
 
 @pytest.mark.django_db
