@@ -44,8 +44,9 @@ def setup_iris() -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-@pytest.fixture(scope="session")
-def iris_controller() -> Iterator[IrisController]:
+def controller_start() -> tuple[subprocess.Popen[bytes], IrisController, Path]:
+    """A local controller (on a free port: a local cluster picks its own), its HOME and
+    TMPDIR its own; its process, its address and its folder (``controller_stop`` ends it)."""
     iris = setup_iris()
     site_packages = next(Path(iris).parent.parent.glob("lib/python3*/site-packages"))
     config = site_packages / "iris" / "config" / "examples" / "local.yaml"
@@ -68,6 +69,7 @@ def iris_controller() -> Iterator[IrisController]:
         stdin=subprocess.DEVNULL,
         start_new_session=True,
     )
+    log.close()
     try:
         deadline = time.monotonic() + 240
         url = ""
@@ -79,15 +81,31 @@ def iris_controller() -> Iterator[IrisController]:
             found = STARTED.search((root / "controller.log").read_text())
             url = found.group(1) if found else ""
             time.sleep(0.2)
-        yield IrisController(url=url, command=iris, home=str(root / "home"))
-    finally:
+    except BaseException:
+        controller_stop(controller, root)
+        raise
+    return controller, IrisController(url=url, command=iris, home=str(root / "home")), root
+
+
+def controller_stop(
+    controller: subprocess.Popen[bytes], root: Path, *, sig: int = signal.SIGTERM
+) -> None:
+    """Stop exactly that controller's process group (its tasks with it), then its folder."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(controller.pid, sig)
+    try:
+        controller.wait(timeout=15)
+    except subprocess.TimeoutExpired:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(controller.pid, signal.SIGTERM)
-        try:
-            controller.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(controller.pid, signal.SIGKILL)
-            controller.wait(timeout=15)
-        log.close()
-        subprocess.run(["rm", "-rf", str(root)], check=False)  # noqa: S603, S607
+            os.killpg(controller.pid, signal.SIGKILL)
+        controller.wait(timeout=15)
+    subprocess.run(["rm", "-rf", str(root)], check=False)  # noqa: S603, S607
+
+
+@pytest.fixture(scope="session")
+def iris_controller() -> Iterator[IrisController]:
+    controller, address, root = controller_start()
+    try:
+        yield address
+    finally:
+        controller_stop(controller, root)

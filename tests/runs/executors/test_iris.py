@@ -43,7 +43,12 @@ from runs.services import dispatch, dry_runs, reconcile
 from runs.services import plans as plan_services
 from runs.services.recipes import recipe_update, recipe_validate
 from tests.factories import TINY_MOE, ProposalFactory, RecipeFactory, UserFactory
-from tests.runs.executors.iris_controller import IrisController, iris_controller  # noqa: F401
+from tests.runs.executors.iris_controller import (  # noqa: F401
+    IrisController,
+    controller_start,
+    controller_stop,
+    iris_controller,
+)
 from tests.runs.git_helpers import git, repo_fixture  # noqa: F401  (the repo fixture)
 from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan, wait_for  # noqa: F401
 
@@ -445,6 +450,50 @@ def test_a_worker_killed_mid_submit_leaves_no_orphan_job(
         return Run.objects.get(pk=run.pk).state == RunState.FINISHED
 
     wait_for(finished, timeout=180, every=1.0)
+
+
+@pytest.mark.django_db
+def test_a_job_lost_with_its_controller_s_state_is_crashed(
+    recipe: Any, settings: Any, tmp_path: Path, django_capture_on_commit_callbacks: Any
+) -> None:
+    """A controller of its own runs the job; it stops, and the site is pointed at its
+    replacement, which started with a fresh state (Iris lost its jobs; a local cluster
+    picks its own port): the next reconcile pass crashes the run, saying its job vanished,
+    and submits nothing to the new controller."""
+    cache.delete(iris_module.BACKOFF_KEY)
+    first, address, root = controller_start()
+    settings.RUNS_IRIS_CONTROLLER_URL = address.url
+    settings.RUNS_IRIS_COMMAND = address.command
+    settings.RUNS_IRIS_HOME = address.home
+    settings.RUNS_IRIS_LOCAL = True
+    settings.RUNS_IRIS_JOB_PREFIX = f"t{uuid.uuid4().hex[:10]}"
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    try:
+        plan = launched_plan(recipe, "", executor="iris")
+        PlanLaunch.objects.filter(plan=plan).update(
+            command_template='{python} -c "import time; time.sleep(600)"'
+        )
+        with django_capture_on_commit_callbacks(execute=True):
+            dispatch.runs_dispatch()
+        run = Run.objects.get(plan=plan)
+        assert run.external_id.startswith("/")
+        executor = IrisExecutor()
+        wait_for(lambda: executor.poll(run.external_id).state == JobState.RUNNING, timeout=120)
+    finally:
+        controller_stop(first, root)
+    second, again, root = controller_start()
+    try:
+        settings.RUNS_IRIS_CONTROLLER_URL = again.url
+        settings.RUNS_IRIS_HOME = again.home
+        reconcile.run_reconcile(run_id=run.pk)
+        run.refresh_from_db()
+        assert (run.state, run.failure_kind) == (RunState.CRASHED, "infra")
+        assert "vanished" in run.state_reason
+        name = f"{settings.RUNS_IRIS_JOB_PREFIX}-run-{run.pk}-attempt-1"
+        assert IrisExecutor().job_by_name(name) is None  # nothing submitted again
+    finally:
+        controller_stop(second, root)
+        cache.delete(iris_module.BACKOFF_KEY)
 
 
 @pytest.mark.django_db
