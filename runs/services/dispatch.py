@@ -591,7 +591,9 @@ def run_submit(*, run_id: int, members: list[int] | None = None) -> str:
         return ""  # the run failed, saying which commit does not exist
     except ExecutorError as exc:
         logger.warning("submitting run %s failed: %s", run_id, exc)
-        run_requeue_unsubmitted(run_id=run_id, reason=str(exc))
+        # The job was not taken for any run it trains: they wait together, saying why.
+        for waiting_id in [r.pk for r in together] if members else [run_id]:
+            run_requeue_unsubmitted(run_id=waiting_id, reason=str(exc))
         return ""
     ids = [r.pk for r in together] if members else [run_id]
     updated = Run.objects.filter(

@@ -652,3 +652,22 @@ def test_runs_iris_refuses_or_cannot_reach_stay_queued_saying_why(
         assert run.state == RunState.QUEUED
         assert run.state_reason.startswith(f"waiting: Iris at http://127.0.0.1:{port} does not")
     cache.delete(iris_module.BACKOFF_KEY)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("eager_tasks")
+def test_a_refused_job_of_several_trainings_puts_them_all_back_in_the_queue(
+    iris: IrisExecutor, settings: Any, tmp_path: Path
+) -> None:
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    recipe = RecipeFactory.create(resources={"gpu": "NOSUCHGPU"})  # Iris knows no such GPU
+    Recipe.objects.filter(pk=recipe.pk).update(launch={"trainings": "plan"})
+    recipe.refresh_from_db()
+    plan = frozen_plan(recipe, "axes:\n  steps: [12]\n", baseline={"steps": 10, "width": 32})
+    plan_services.plan_launch(plan_id=plan.pk, executor="iris")  # eager: one job, refused
+    runs = list(Run.objects.filter(plan=plan).order_by("pk"))
+    assert len(runs) == 2
+    for run in runs:  # both wait, none left running without a job
+        assert (run.state, run.external_id) == (RunState.QUEUED, "")
+        assert run.state_reason.startswith("waiting: Iris refused job"), run.state_reason
+    cache.delete(iris_module.BACKOFF_KEY)
