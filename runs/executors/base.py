@@ -41,6 +41,9 @@ class JobSpec:
     workdir: Path
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # written into workdir before start
+    # Names among ``files`` that hold secrets (a manifest's tokens): a scheduler that ships
+    # the folder must not ship these in it (Iris hands them over as its secrets).
+    secret_files: frozenset[str] = frozenset()
     time_limit_seconds: int = 3600
     # A clean checkout of the pinned commit to run from (``runs/executors/code.py``): the
     # job imports its code from there (and a remote executor ships it); None: the site's tree.

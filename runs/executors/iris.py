@@ -20,6 +20,9 @@ Only named variables reach the job: plain ones with ``-e NAME VALUE``; secrets (
 token, ``RUNS_SECRET_ENV``, any name saying TOKEN, KEY, SECRET or PASSWORD) never go into
 an argument list: they are written to ``.marin.yaml`` in the working folder (mode 0600,
 which the ``iris`` command reads and the bundle leaves out) and removed after the submit.
+A job file holding secrets (``JobSpec.secret_files``: the manifest of a job of several
+trainings, with each run's token) is not bundled either: it goes as one such secret, and
+the job's first step writes it out in its folder (mode 0600) before the command starts.
 
 When the controller does not answer or refuses a submit, the executor says so through
 ``unavailable()`` for a backoff period that doubles up to ``RUNS_IRIS_BACKOFF_MAX_SECONDS``
@@ -281,7 +284,8 @@ class IrisExecutor:
         workdir.mkdir(parents=True, exist_ok=True)
         if job.code_dir is not None:  # the pinned commit's tree is what Iris bundles
             checkout_copy(job.code_dir, workdir)
-        for file_name, content in job.files.items():
+        shipped = {k: v for k, v in job.files.items() if k not in job.secret_files}
+        for file_name, content in shipped.items():
             (workdir / file_name).write_text(content)
         plain = {k: v for k, v in job.env.items() if not is_secret(k)}
         secret = {k: v for k, v in job.env.items() if is_secret(k)}
@@ -289,6 +293,12 @@ class IrisExecutor:
             if not ENV_NAME.match(key):
                 raise ExecutorError(f"'{key[:60]}' is no environment variable name")
         argv = list(job.argv)
+        if hidden := {k: v for k, v in job.files.items() if k in job.secret_files}:
+            # Files holding secrets (a manifest's tokens) stay out of the bundle: they go as
+            # a secret variable, which the job's first step writes out (mode 0600).
+            secret[FILES_VARIABLE] = json.dumps(hidden)
+            python = sys.executable if settings.RUNS_IRIS_LOCAL else "python"
+            argv = [python, "-c", FILES_WRITER % FILES_VARIABLE, *argv]
         if settings.RUNS_IRIS_LOCAL:
             # A local controller runs tasks as subprocesses of its own working folder: each
             # job is started in its own folder (the bundle a worker would unpack), with the
@@ -311,7 +321,12 @@ class IrisExecutor:
             name,
             "--exclude",
             rf"(^|/){re.escape(ENV_FILE)}$",
-            *[flag for file_name in job.files for flag in ("--include", file_name)],
+            *[flag for file_name in shipped for flag in ("--include", file_name)],
+            *[
+                flag
+                for name in job.secret_files
+                for flag in ("--exclude", rf"(^|/){re.escape(name)}$")
+            ],
             *resource_flags(job.resources),
             *[item for key, value in plain.items() for item in ("-e", key, value)],
             "--",
@@ -404,6 +419,18 @@ class IrisExecutor:
         except OSError as exc:
             raise ExecutorError(f"the Iris command cannot start: {exc}") from exc
         return Answer(done.returncode, done.stdout, done.stderr)
+
+
+# The job's first step where files holding secrets came as a variable: write them, then
+# become the job (with the variable gone from its environment).
+FILES_VARIABLE = "RUNS_JOB_FILES"
+FILES_WRITER = (
+    "import json, os, sys\n"
+    "for name, text in json.loads(os.environ.pop(%r, '{}')).items():\n"
+    "    fd = os.open(name, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)\n"
+    "    os.write(fd, text.encode()); os.close(fd)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
 
 
 # Runs in the site's Python on a local controller's machine: chdir, then become the job.

@@ -584,6 +584,7 @@ def run_submit(*, run_id: int, members: list[int] | None = None) -> str:
             spec = dataclasses.replace(
                 spec,
                 files={**spec.files, MANIFEST_FILE: manifest},
+                secret_files=frozenset({MANIFEST_FILE}),  # it holds every run's token
                 env={**spec.env, "RUN_MANIFEST": MANIFEST_FILE},
             )
         external_id = executor.submit(spec)

@@ -6,6 +6,7 @@ look-ups and cancels go through the controller's RPCs and are quick.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -299,6 +300,17 @@ def test_one_iris_job_trains_the_plan_from_the_pinned_commit(
     assert (folder / "env.txt").read_text() == "marin_moe"
     seen = json.loads((folder / "seen.json").read_text())
     assert [t["run_id"] for t in seen["trainings"]] == [run.pk for run in runs]
+    # The manifest holds each run's token: never bundled, nor in an argument list; the
+    # job's first step wrote it (mode 0600) from the secrets Iris handed over.
+    pairs = list(itertools.pairwise(submit))
+    assert ("--include", "config.json") in pairs
+    assert ("--include", "trainings.json") not in pairs
+    assert ("--exclude", r"(^|/)trainings\.json$") in pairs
+    tokens = [t["token"] for t in seen["trainings"]]
+    assert not any(token in arg for token in tokens for argv in argv_seen for arg in argv)
+    assert (folder / "trainings.json").stat().st_mode & 0o777 == 0o600
+    stored = json.dumps(iris._rpc("GetJobStatus", {"job_id": runs[0].external_id}))
+    assert not any(token in stored for token in tokens)
     checkout = Path(settings.RUNS_CODE_DIR) / "trees" / first
     assert not (checkout / "which.json").exists()  # the shared checkout was not written to
 
