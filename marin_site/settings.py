@@ -258,6 +258,7 @@ RUNS_DEFAULT_EXECUTOR = os.environ.get("RUNS_DEFAULT_EXECUTOR", "local")
 RUNS_EXECUTOR_MAX_CONCURRENT = {
     "local": int(os.environ.get("RUNS_LOCAL_MAX_CONCURRENT", "2")),
     "ray": int(os.environ.get("RUNS_RAY_MAX_CONCURRENT", "8")),
+    "iris": int(os.environ.get("RUNS_IRIS_MAX_CONCURRENT", "16")),
 }
 # Who may launch on an executor: "iris=alice,bob;ray=carol" (usernames); an executor not
 # named here takes any maintainer's approval. A pool keeps its own list (Pool.launchers).
@@ -309,6 +310,17 @@ RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = int(
 RUNS_REGISTRATION_TOKEN_DAYS = int(os.environ.get("RUNS_REGISTRATION_TOKEN_DAYS", "7"))
 RAY_ADDRESS = os.environ.get("RAY_ADDRESS", "")  # unset: runs for `ray` wait in the queue
 RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
+# Iris (runs/executors/iris.py): the controller, and the `iris` command that submits to it
+# (blank: .venv-iris/bin/iris, made by bin/setup-iris; e.g. `uv run iris` in a Marin checkout).
+RUNS_IRIS_CONTROLLER_URL = os.environ.get("RUNS_IRIS_CONTROLLER_URL", "")  # unset: runs wait
+RUNS_IRIS_COMMAND = os.environ.get("RUNS_IRIS_COMMAND", "")
+RUNS_IRIS_HOME = os.environ.get("RUNS_IRIS_HOME", "")  # the command's HOME (its credentials)
+RUNS_IRIS_JOB_PREFIX = os.environ.get("RUNS_IRIS_JOB_PREFIX", "marin-site")
+RUNS_IRIS_LOCAL = env_bool("RUNS_IRIS_LOCAL", default=False)  # tasks run on this machine
+RUNS_IRIS_SUBMIT_TIMEOUT = float(os.environ.get("RUNS_IRIS_SUBMIT_TIMEOUT", "120"))
+RUNS_IRIS_LOGS_TIMEOUT = float(os.environ.get("RUNS_IRIS_LOGS_TIMEOUT", "10"))
+RUNS_IRIS_BACKOFF_SECONDS = float(os.environ.get("RUNS_IRIS_BACKOFF_SECONDS", "15"))
+RUNS_IRIS_BACKOFF_MAX_SECONDS = float(os.environ.get("RUNS_IRIS_BACKOFF_MAX_SECONDS", "600"))
 # tracker_metrics.jsonl uploads (runs/trackers/jsonl.py): streamed, never held in memory.
 RUNS_TRACKER_IMPORT_MAX_BYTES = int(
     os.environ.get("RUNS_TRACKER_IMPORT_MAX_BYTES", str(1024 * 1024 * 1024))

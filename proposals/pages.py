@@ -28,6 +28,7 @@ from proposals.github.client import sync_facts
 from proposals.models import Proposal
 from runs import selectors as run_selectors
 from runs.alerts import selectors as alert_selectors
+from runs.services.dry_runs import dry_runs_dependency
 
 
 def site_header(request: HttpRequest) -> str:
@@ -118,6 +119,10 @@ class ProposalPage:
                     name: [("proposal", pk)]
                     for name in (*sections, "timeline", "outcome-fields", "conclusion", "results")
                 },
+                "dry-runs": [
+                    ("proposal", pk),
+                    *filter(None, [dry_runs_dependency(f"proposal-{pk}")]),
+                ],
             },
             scope=f"proposal-page:{pk}",
             shared=roles_kept(user),
@@ -217,6 +222,11 @@ class ProposalPage:
             "open_alerts": list(alert_selectors.plan_open_alerts(plan_id=proposal.plan_id))
             if proposal.plan_id is not None
             else [],
+            # Read only when the dry runs' fragment is rendered (a dry run's writes bump
+            # its own version, as they write no proposal row).
+            "dry_runs": SimpleLazyObject(
+                lambda: run_selectors.subject_dry_runs(subject=services.dry_run_subject(proposal))
+            ),
             "fragments": self.fragments,
             "site_header": self.header,
             **self.reader_html,

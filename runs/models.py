@@ -88,6 +88,14 @@ class Recipe(models.Model):
             "{kind, <parameters>} (runs.verdicts.rules); empty: any rule."
         ),
     )
+    resources = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text=(
+            "What one job asks of a scheduler (Iris): tpu, gpu, cpu, memory, disk, region, "
+            "zone, preemptible, priority, reserve, replicas; empty: its defaults."
+        ),
+    )
     is_active = models.BooleanField(default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"

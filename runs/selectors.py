@@ -1,9 +1,11 @@
 """Reads of runs/: recipes, a plan's entries and runs (public, failed ones included), the run a
-runner's token opens, a run's tracker imports and declared metrics."""
+runner's token opens, a run's tracker imports and declared metrics, and the dry runs asked
+for a subject (a proposal) as its page shows them."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from django.db import connection
 from django.db.models import Count, QuerySet
@@ -11,7 +13,15 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from runs.metrics.declarations import MetricDeclaration, declarations_parse
-from runs.models import TERMINAL_RUN_STATES, Plan, PlanEntry, Recipe, Run, TrackerImport
+from runs.models import (
+    TERMINAL_RUN_STATES,
+    DryRun,
+    Plan,
+    PlanEntry,
+    Recipe,
+    Run,
+    TrackerImport,
+)
 
 
 def recipe_list(*, include_inactive: bool = False) -> QuerySet[Recipe]:
@@ -111,3 +121,39 @@ def run_metric_declarations(*, run: Run) -> dict[str, MetricDeclaration]:
     """The declarations of the recipe (name and version) the run was made from."""
     recipe = Recipe.objects.filter(name=run.recipe_name, version=run.recipe_version).first()
     return declarations_parse(recipe.metrics if recipe else [])
+
+
+DRY_RUN_OUTPUT_SHOWN = 4000  # characters of a dry run's output a page shows (its tail)
+
+
+def subject_dry_runs(*, subject: str, limit: int = 3) -> list[dict[str, Any]]:
+    """The latest dry runs asked for ``subject`` (``proposal-12``), newest first, as a page
+    shows them: state, command, why it waits or failed, the output's tail, and each figure
+    the script printed beside the site's own estimate of it."""
+    shown = []
+    for dry_run in DryRun.objects.filter(subject=subject).order_by("-pk")[:limit]:
+        figures, estimate = dry_run.figures or {}, dry_run.estimate or {}
+        rows = [
+            ("Steps", _figure(figures.get("steps"), ",.0f"), ""),
+            ("FLOPs", _figure(figures.get("flops"), ".3g"), _figure(estimate.get("flops"), ".3g")),
+            ("Cost", _figure(figures.get("cost"), ",.2f"), ""),
+            (
+                "Accelerator-hours",
+                "",
+                _figure(estimate.get("accelerator_hours"), ",.4g"),
+            ),
+        ]
+        shown.append(
+            {
+                "dry_run": dry_run,
+                "figures": [row for row in rows if row[1] or row[2]],
+                "output_tail": dry_run.output[-DRY_RUN_OUTPUT_SHOWN:],
+            }
+        )
+    return shown
+
+
+def _figure(value: Any, spec: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return ""
+    return format(value, spec)

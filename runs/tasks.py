@@ -37,7 +37,8 @@ def plan_stop_task(*, plan_id: int) -> int:
     return reconcile.plan_stop(plan_id=plan_id)
 
 
-@shared_task(name="runs.dry_run_submit", time_limit=60, soft_time_limit=50)
+# Longer than an Iris submit may take (RUNS_IRIS_SUBMIT_TIMEOUT): a submit is not cut short.
+@shared_task(name="runs.dry_run_submit", time_limit=180, soft_time_limit=170)
 def dry_run_submit_task(*, dry_run_id: int) -> str:
     return dry_runs.dry_run_submit(dry_run_id=dry_run_id)
 

@@ -17,7 +17,7 @@ slug_validator = RegexValidator(
     "Use lowercase letters, digits and hyphens (at most 63 characters).",
 )
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = ("local", "ray", "iris")
 POOL_PREFIX = "pool:"
 EXECUTOR_NAME_MAX = 40
 POOL_EXECUTOR = re.compile(r"^pool:([a-z0-9][a-z0-9-]{0,31})\Z")
@@ -35,7 +35,7 @@ def is_pull_executor(executor: str) -> bool:
 
 
 def validate_executor_name(value: str) -> None:
-    """A model validator: ``local``, ``ray`` or ``pool:<slug>`` (blank is the field's business)."""
+    """A model validator: ``local``, ``ray``, ``iris`` or ``pool:<slug>`` (blank is the field's business)."""
     if value and value not in EXECUTORS and not pool_name(value):
         raise ValidationError(
             f"'{value[:60]}' is no executor; use {', '.join(EXECUTORS)} or pool:<name> "

@@ -1,6 +1,6 @@
 """Executors: where a run's process actually runs, behind one small interface.
 
-``get_executor(name)`` returns the executor registered under ``name``: ``local``, ``ray``, or
+``get_executor(name)`` returns the executor registered under ``name``: ``local``, ``ray``, ``iris``, or
 ``pool:<name>`` (the agents of a pool pull their runs; see ``runs/executors/pool.py``).
 """
 
@@ -26,6 +26,10 @@ def get_executor(name: str) -> Executor:
         from runs.executors.ray import RayExecutor
 
         return RayExecutor()
+    if name == "iris":
+        from runs.executors.iris import IrisExecutor
+
+        return IrisExecutor()
     if pool := pool_name(name):
         from runs.executors.pool import PoolExecutor
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class ExecutorError(Exception):
@@ -41,10 +41,14 @@ class JobSpec:
     workdir: Path
     env: dict[str, str] = field(default_factory=dict)
     files: dict[str, str] = field(default_factory=dict)  # written into workdir before start
+    # Names among ``files`` that hold secrets (a manifest's tokens): a scheduler that ships
+    # the folder must not ship these in it (Iris hands them over as its secrets).
+    secret_files: frozenset[str] = frozenset()
     time_limit_seconds: int = 3600
     # A clean checkout of the pinned commit to run from (``runs/executors/code.py``): the
     # job imports its code from there (and a remote executor ships it); None: the site's tree.
     code_dir: Path | None = None
+    resources: dict[str, Any] = field(default_factory=dict)  # the recipe's, for a scheduler
 
 
 class Executor(Protocol):

@@ -1,6 +1,7 @@
 """Code at the pinned commit: a clean checkout of the repository at the SHA approval pinned,
-made from a mirror cached under ``var/`` (``RUNS_CODE_DIR``), and the same commit as a
-source archive for a pool's agents.
+made from a mirror cached under ``var/`` (``RUNS_CODE_DIR``), the same commit as a source
+archive for a pool's agents, and a checkout copied into a job's folder for the schedulers
+that ship that folder (Iris, Ray).
 
 The mirror is a bare clone (``git clone --mirror``), fetched again only when the commit is
 not in it yet; each commit is checked out once, as a detached worktree
@@ -16,6 +17,7 @@ import fcntl
 import hashlib
 import os
 import re
+import shutil
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -145,3 +147,17 @@ def archive_path(*, repository: str, sha: str) -> Path:
         _git("archive", "--format=tar.gz", f"--output={partial}", sha, cwd=mirror)
         partial.replace(path)
     return path
+
+
+def checkout_copy(source: Path, workdir: Path) -> None:
+    """Copy a checkout (shared by every job at its commit, never written to) into a job's
+    working folder, its ``.git`` left out: the folder a scheduler ships (Iris's bundle,
+    Ray's ``working_dir``) and the job starts in. A copy, not links: a job writing a file
+    of its tree must not change the checkout the others run."""
+    shutil.copytree(
+        source,
+        workdir,
+        ignore=shutil.ignore_patterns(".git"),
+        symlinks=True,
+        dirs_exist_ok=True,
+    )

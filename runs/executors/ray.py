@@ -1,9 +1,12 @@
 """The ``ray`` executor: the Ray Jobs API of an existing cluster at ``RAY_ADDRESS``.
 
 The submission id is the job id (run and attempt), so a repeated submit finds the job
-already there instead of starting a second one. The job's working directory (its config)
-and the ``runs`` package travel in the job's runtime environment, so the cluster needs no
-copy of marin-site; its Python (``RUNS_RAY_PYTHON``, by default this one) needs numpy.
+already there instead of starting a second one. The job's working directory travels in the
+job's runtime environment (``working_dir``): its config and, when the launch pinned a commit,
+a copy of that commit's clean checkout (``runs/executors/code.py``), which the job runs from;
+without a pinned commit the site's ``runs`` package travels with it (``py_modules``), so
+the cluster needs no copy of marin-site. Its Python (``RUNS_RAY_PYTHON``, by default this
+one) needs numpy.
 Ray has no time limit of its own: the reconciler stops a run that outlives its limit.
 """
 
@@ -18,6 +21,7 @@ from typing import Any
 from django.conf import settings
 
 from runs.executors.base import ExecutorError, JobSpec, JobState, JobStatus
+from runs.executors.code import checkout_copy
 
 OUT_OF_MEMORY = re.compile(r"out of memory|outofmemory|low on memory|\boom\b")
 RAY_STATES = {
@@ -86,6 +90,8 @@ class RayExecutor:
 
     def submit(self, job: JobSpec) -> str:
         job.workdir.mkdir(parents=True, exist_ok=True)
+        if job.code_dir is not None:
+            checkout_copy(job.code_dir, job.workdir)
         for name, content in job.files.items():
             (job.workdir / name).write_text(content)
         argv = list(job.argv)
@@ -100,7 +106,12 @@ class RayExecutor:
                 submission_id=job.job_id,
                 runtime_env={
                     "working_dir": str(job.workdir),
-                    "py_modules": [str(settings.BASE_DIR / "runs")],
+                    # The pinned commit's code is in the working directory; else the site's.
+                    **(
+                        {}
+                        if job.code_dir is not None
+                        else {"py_modules": [str(settings.BASE_DIR / "runs")]}
+                    ),
                     "env_vars": {"PYTHONUNBUFFERED": "1", **job.env},
                 },
                 metadata={"job_id": job.job_id},

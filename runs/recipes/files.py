@@ -44,6 +44,7 @@ TYPES: dict[str, tuple[type, ...]] = {
     "metrics": (list,),
     "requires_labels": (list,),
     "verdict_rules": (list,),
+    "resources": (dict,),
     "is_active": (bool,),
 }
 TYPE_NAMES = {

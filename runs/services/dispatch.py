@@ -406,6 +406,7 @@ def run_job_spec(*, run: Run, code_dir: Path | None = None) -> JobSpec:
         files={"config.json": run_config_file(run=run)},
         time_limit_seconds=run.time_limit_seconds,
         code_dir=code_dir,
+        resources=dict(run.plan.recipe_snapshot.get("resources") or {}),
     )
 
 
@@ -583,6 +584,7 @@ def run_submit(*, run_id: int, members: list[int] | None = None) -> str:
             spec = dataclasses.replace(
                 spec,
                 files={**spec.files, MANIFEST_FILE: manifest},
+                secret_files=frozenset({MANIFEST_FILE}),  # it holds every run's token
                 env={**spec.env, "RUN_MANIFEST": MANIFEST_FILE},
             )
         external_id = executor.submit(spec)
@@ -590,6 +592,9 @@ def run_submit(*, run_id: int, members: list[int] | None = None) -> str:
         return ""  # the run failed, saying which commit does not exist
     except ExecutorError as exc:
         logger.warning("submitting run %s failed: %s", run_id, exc)
+        # The job was not taken for any run it trains: they wait together, saying why.
+        for waiting_id in [r.pk for r in together] if members else [run_id]:
+            run_requeue_unsubmitted(run_id=waiting_id, reason=str(exc))
         return ""
     ids = [r.pk for r in together] if members else [run_id]
     updated = Run.objects.filter(
@@ -604,3 +609,42 @@ def run_submit(*, run_id: int, members: list[int] | None = None) -> str:
             logger.warning("stopping the job of canceled run %s failed: %s", run_id, exc)
         return ""
     return external_id
+
+
+def run_requeue_unsubmitted(*, run_id: int, reason: str) -> bool:
+    """Put a running run whose job its executor did not take (it does not answer, or refused
+    it) back in the queue, the same attempt, saying why: the dispatcher tries again once the
+    executor is available (Iris backs off), and as the job's name is the same, a submit that
+    went through after all is found then, not doubled. False when the run moved meanwhile."""
+    with transaction.atomic():
+        run = (
+            Run.objects.select_for_update()
+            .filter(pk=run_id, state=RunState.RUNNING, external_id="")
+            .first()
+        )
+        if run is None or run.cancel_requested_at is not None:
+            return False
+        run.state = RunState.QUEUED
+        run.state_reason = f"waiting: {reason}"[:500]
+        run.dispatched_at = run.heartbeat_at = run.started_at = None
+        run.token_hash = ""
+        run.save(
+            update_fields=[
+                "state",
+                "state_reason",
+                "dispatched_at",
+                "heartbeat_at",
+                "started_at",
+                "token_hash",
+                "updated_at",
+            ]
+        )
+        run_event_record(
+            run=run,
+            verb=Verb.QUEUED,
+            door=Door.WORKER,
+            from_state=RunState.RUNNING,
+            to_state=RunState.QUEUED,
+            message=f"not submitted, back in the queue: {reason}"[:500],
+        )
+    return True

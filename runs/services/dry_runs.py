@@ -6,7 +6,10 @@ The command is the recipe's, filled as a run's would be, with the recipe's
 token. What the script prints is kept (its tail) and read for what it says it would spend:
 a line ``DRY_RUN {"steps": ..., "flops": ..., "cost": ...}`` (JSON), else the first
 ``steps``, ``FLOPs`` and ``cost`` figures it prints. The job goes to
-``RUNS_DRY_RUN_EXECUTOR`` (local); the reconciler settles it.
+``RUNS_DRY_RUN_EXECUTOR`` (local; ``iris`` on Marin's scheduler, as a small CPU job:
+``DRY_RUN_RESOURCES``); the reconciler settles it. While that executor cannot take it (Iris
+down, or backing off after a refusal) the dry run stays queued, saying why, and the
+reconciler tries again; a submit cut short is found again by the job's name.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from marin_site.errors import DomainError
+from marin_site.fragments import versions_bump
 from marin_site.nudges import nudge
 from runs.executors import ExecutorError, JobSpec, JobState, get_executor
 from runs.models import DryRun, DryRunState, Recipe
@@ -35,7 +39,10 @@ from runs.specs.compute import FormulaError, run_cost
 logger = logging.getLogger(__name__)
 
 OUTPUT_BYTES = 64 * 1024
-MARKER = re.compile(r"^DRY_RUN\s+(\{.*\})\s*$", re.MULTILINE)
+# A scheduler's log lines may carry a prefix (a time, a task) before what the script printed.
+MARKER = re.compile(r"(?:^|\s)DRY_RUN\s+(\{.*\})\s*$", re.MULTILINE)
+# What a dry run asks of a scheduler (Iris): one CPU, no accelerator.
+DRY_RUN_RESOURCES = {"cpu": 1}
 NUMBER = r"([0-9][0-9,_]*(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)"
 FIGURES = {
     "steps": re.compile(rf"{NUMBER}\s+(?:training\s+)?steps\b|\bsteps?\b\D{{0,20}}?{NUMBER}", re.I),
@@ -65,6 +72,24 @@ def dry_run_figures(output: str) -> dict[str, float]:
             except ValueError:
                 continue
     return found
+
+
+DRY_RUNS_KIND = "dry-runs"  # the fragments' version of a subject's dry runs
+
+
+def dry_runs_dependency(subject: str) -> tuple[str, int] | None:
+    """The version a page's fragment of ``subject``'s dry runs carries (``proposal-12``:
+    ``("dry-runs:proposal", 12)``), or None for a subject no page shows."""
+    kind, _, number = subject.rpartition("-")
+    if not kind or not number.isdigit():
+        return None
+    return f"{DRY_RUNS_KIND}:{kind}", int(number)
+
+
+def _changed(subject: str) -> None:
+    """A dry run of ``subject`` changed: the pages that show it render it again."""
+    if dependency := dry_runs_dependency(subject):
+        versions_bump(dependency[0], [dependency[1]])
 
 
 def _workdir(dry_run: DryRun) -> Path:
@@ -106,6 +131,7 @@ def dry_run_start(
             raise DomainError(f"The recipe's dry run cannot be filled: {exc}") from exc
         dry_run.command = shlex.join(filled.shown)
         dry_run.save(update_fields=["command"])
+        _changed(dry_run.subject)
         nudge(
             "runs.dry_run_submit", dry_run_id=dry_run.pk
         )  # a worker starts it; else the reconciler
@@ -157,15 +183,24 @@ def dry_run_submit(*, dry_run_id: int) -> str:
         env={**values.env, **filled.env, "DRY_RUN": "1"},
         files={"config.json": json.dumps(dry_run.config, indent=2, sort_keys=True)},
         time_limit_seconds=settings.RUNS_DRY_RUN_TIME_LIMIT_SECONDS,
+        resources=dict(DRY_RUN_RESOURCES),
     )
+    executor = get_executor(dry_run.executor)
     try:
-        external_id = get_executor(dry_run.executor).submit(spec)
+        if why := executor.unavailable():
+            raise ExecutorError(why)
+        external_id = executor.submit(spec)
     except ExecutorError as exc:
         logger.warning("submitting dry run %s failed: %s", dry_run_id, exc)
+        DryRun.objects.filter(pk=dry_run_id, state=DryRunState.QUEUED).update(
+            reason=f"waiting: {exc}"[:2000]
+        )
+        _changed(dry_run.subject)
         return ""
     DryRun.objects.filter(pk=dry_run_id, state=DryRunState.QUEUED).update(
-        state=DryRunState.RUNNING, external_id=external_id
+        state=DryRunState.RUNNING, external_id=external_id, reason=""
     )
+    _changed(dry_run.subject)
     return external_id
 
 
@@ -198,6 +233,7 @@ def dry_run_settle(*, dry_run_id: int) -> DryRun | None:
         finished_at=timezone.now(),
     )
     if ended:  # the issue's status comment says how it went (proposals listens)
+        _changed(dry_run.subject)
         dry_run_finished.send_robust(sender=DryRun, dry_run_id=dry_run_id, subject=dry_run.subject)
     return DryRun.objects.get(pk=dry_run_id)
 
@@ -215,9 +251,14 @@ def dry_run_line(dry_run: DryRun) -> str:
     text = f"dry run {dry_run.pk}: {dry_run.state}"
     if said:
         text += " (" + ", ".join(said) + ")"
+    site = []
     if "flops" in estimate:
-        text += f"; the site's estimate {estimate['flops']:.3g} FLOPs"
-    if dry_run.state == DryRunState.FAILED and dry_run.reason:
+        site.append(f"{estimate['flops']:.3g} FLOPs")
+    if "accelerator_hours" in estimate:
+        site.append(f"{estimate['accelerator_hours']:,.4g} accelerator-hours")
+    if site:
+        text += "; the site's estimate " + ", ".join(site)
+    if dry_run.state in (DryRunState.FAILED, DryRunState.QUEUED) and dry_run.reason:
         text += f"; {dry_run.reason[:200]}"
     return text
 

@@ -67,7 +67,8 @@ def plan_freeze(
     )
     plan = Plan.objects.create(
         recipe=recipe,
-        recipe_snapshot=preview.recipe.as_snapshot(),
+        # What one job asks of a scheduler (Iris), as the recipe says it now.
+        recipe_snapshot={**preview.recipe.as_snapshot(), "resources": recipe.resources or {}},
         baseline=preview.baseline,
         spec_text=spec_text,
         spec={

@@ -14,6 +14,7 @@ from django.db import transaction
 from marin_site.doors import Door
 from marin_site.events import Verb
 from runs.executors import EXECUTORS, pool_name
+from runs.executors.iris import resources_problems
 from runs.metrics.declarations import declarations_forget, declarations_validate
 from runs.metrics.flags import flags_recheck
 from runs.models import Recipe, RecipeEvent
@@ -40,6 +41,7 @@ RECIPE_FIELDS = (
     "time_limit_seconds",
     "requires_labels",
     "verdict_rules",
+    "resources",
     "is_active",
 )
 
@@ -97,6 +99,8 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
         requires_labels=requires_labels,
     ):
         errors["executor"] = [problem]
+    if resource_problems := resources_problems(data.get("resources")):
+        errors["resources"] = resource_problems
     time_limit = data.get("time_limit_seconds")
     if time_limit is not None and (
         type(time_limit) is not int or not 60 <= time_limit <= MAX_TIME_LIMIT_SECONDS
@@ -251,7 +255,7 @@ def executor_problem(
         return ""
     name = pool_name(executor)
     if not name:
-        return f"'{executor[:60]}' is no executor; use local, ray or pool:<name>"
+        return f"'{executor[:60]}' is no executor; use local, ray, iris or pool:<name>"
     pool = Pool.objects.filter(name=name).first()
     if pool is None:
         return f"there is no pool named '{name}'"

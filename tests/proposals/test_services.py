@@ -675,24 +675,25 @@ def test_only_a_maintainer_starts_a_dry_run(
 # --- who may launch where -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("executor", ["ray", "iris"])
 def test_the_approving_maintainer_chooses_the_executor_within_its_allow_list(
-    contributor: Any, recipe: Any, maintainer: Any, settings: Any
+    contributor: Any, recipe: Any, maintainer: Any, settings: Any, executor: str
 ) -> None:
-    settings.RUNS_EXECUTOR_LAUNCHERS = {"ray": ["alice"]}
+    settings.RUNS_EXECUTOR_LAUNCHERS = {executor: ["alice"]}
     proposal = _at(State.SUBMITTED, contributor, recipe)
     with pytest.raises(ValidationError) as refused:
         services.proposal_transition(
-            proposal_id=proposal.pk, action="approve", actor=maintainer, executor="ray"
+            proposal_id=proposal.pk, action="approve", actor=maintainer, executor=executor
         )
     assert refused.value.message_dict["executor"] == [
-        "max may not launch on 'ray' (who may: alice)"
+        f"max may not launch on '{executor}' (who may: alice)"
     ]
     assert Proposal.objects.get(pk=proposal.pk).state == State.SUBMITTED
     alice = UserFactory.create(username="alice", roles=["maintainer"])
     approved = services.proposal_transition(
-        proposal_id=proposal.pk, action="approve", actor=alice, executor="ray"
+        proposal_id=proposal.pk, action="approve", actor=alice, executor=executor
     )
-    assert PlanLaunch.objects.get(plan__proposal=approved).executor == "ray"
+    assert PlanLaunch.objects.get(plan__proposal=approved).executor == executor
 
 
 def test_a_pool_launches_only_for_its_launchers(

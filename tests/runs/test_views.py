@@ -207,8 +207,10 @@ def test_a_recipe_page_shows_its_command_and_how_it_is_launched(
         data={
             "command_template": ["{python}", "-m", "launch", "--run"],
             "launch": {"trainings": "plan", "dry_run": {"drop": ["--run"]}},
+            "resources": {"tpu": "v5p-8", "preemptible": True},
         },
     )
     page = client.get(recipe.get_absolute_url()).content.decode()
     assert "{python} -m launch --run" in page
     assert "<code>trainings: plan</code>" in page
+    assert "<code>tpu: v5p-8</code>, <code>preemptible: True</code>" in page

@@ -26,11 +26,14 @@ from django.core.cache import cache
 from runs.executors import ExecutorError, JobSpec, JobState
 from runs.executors.ray import RayExecutor, ray_status
 from runs.models import MetricPoint, PlanLaunch, Run, RunState
+from runs.services import dispatch as dispatching
 from runs.services import plans as plan_services
 from runs.services import reconcile
+from tests.runs.git_helpers import git, repo_fixture  # noqa: F401  (the repo fixture)
 from tests.runs.runs_helpers import (  # noqa: F401
     eager_tasks,
     frozen_plan,
+    launched_plan,
     wait_for,
 )
 
@@ -247,3 +250,49 @@ def test_a_ray_job_s_end_is_classified_from_ray_s_own_reason(
     status = ray_status(state, message=message, error_type=error_type, exit_code=exit_code)
 
     assert (status.state, status.failure_kind) == (expected, kind)
+
+
+# Runs the pinned commit's module, then says which commit wrote its file.
+PINNED = (
+    "{python} -c \"import pathlib, runpy; runpy.run_module('pinned_job', run_name='__main__'); "
+    "print('which', pathlib.Path('which.json').read_text())\""
+)
+
+
+@pytest.mark.django_db
+def test_a_ray_job_runs_from_the_pinned_commit_s_checkout(
+    ray_address: str,
+    recipe: Any,
+    repo: Path,
+    settings: Any,
+    tmp_path: Path,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Its working_dir is a copy of the pinned commit's clean checkout (not the repository's
+    newer commit, not the site's runs package)."""
+    settings.RAY_ADDRESS = ray_address
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    settings.RUNS_CODE_DIR = tmp_path / "code"
+    settings.RUNS_CODE_REPOSITORY = str(repo)
+    first = git("rev-parse", "HEAD~1", cwd=repo)
+    plan = launched_plan(recipe, "", executor="ray", git_ref=first[:12])
+    PlanLaunch.objects.filter(plan=plan).update(command_template=PINNED)
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatching.runs_dispatch()
+    run = Run.objects.get(plan=plan)
+    assert (run.git_sha, run.git_clean) == (first, True)
+    assert run.external_id == f"run-{run.pk}-attempt-1"
+
+    def finished() -> Run | None:
+        reconcile.run_reconcile(run_id=run.pk)
+        done = Run.objects.get(pk=run.pk)
+        return done if done.is_terminal else None
+
+    executor = RayExecutor(address=ray_address)
+    done = wait_for(finished, timeout=120, every=1.0)
+    logs = executor.logs(run.external_id)
+    assert done.state == RunState.FINISHED, logs
+    assert 'which {"version": "first"}' in logs
+    info = executor._client().get_job_info(run.external_id)
+    assert "py_modules" not in (info.runtime_env or {})
+    assert not (Path(settings.RUNS_CODE_DIR) / "trees" / first / "which.json").exists()
