@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import redis
 from celery.contrib.testing.worker import start_worker
-from django.db import OperationalError, transaction
+from django.db import OperationalError, connection, transaction
 
 from marin_site.celery import app
 from runs.models import Plan, Recipe
@@ -24,6 +24,16 @@ CRITERIA = {"metric": "eval/loss", "direction": "lower", "threshold": 0.01}
 TWO_POINT_SPEC = """axes:
   capacity_factor: [2.0]
 """
+
+
+def database_url_for_a_process() -> str:
+    """The test database as a ``DATABASE_URL`` for a process of its own (a worker, a
+    killed submit): SQLite's file or PostgreSQL's database, whichever the test runs on.
+    The test must be ``transaction=True`` for that process to see its rows."""
+    db = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{db['NAME']}"
+    return f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}/{db['NAME']}"
 
 
 def frozen_plan(

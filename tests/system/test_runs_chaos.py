@@ -28,7 +28,6 @@ from typing import Any
 
 import pytest
 import redis
-from django.db import connection
 
 from marin_site.celery import app
 from proposals.models import Proposal
@@ -37,7 +36,7 @@ from runs import tasks
 from runs.executors.local import LocalExecutor
 from runs.models import MetricPoint, PlanLaunch, Run, RunState
 from tests.factories import ProposalFactory
-from tests.runs.runs_helpers import broker, wait_for
+from tests.runs.runs_helpers import broker, database_url_for_a_process, wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -88,16 +87,10 @@ class Worker:
     """``celery -A marin_site worker`` in its own process group, on the test's database."""
 
     def __init__(self, *, broker_url: str, live_url: str, work_dir: Path) -> None:
-        db = connection.settings_dict
         self.log = Path(tempfile.mkstemp(prefix="chaos-worker-", suffix=".log")[1])
         self.env = {
             **os.environ,
-            "DATABASE_URL": (
-                f"sqlite:///{db['NAME']}"  # the test database's file, as bin/run's worker
-                if connection.vendor == "sqlite"
-                else f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 5432}"
-                f"/{db['NAME']}"
-            ),
+            "DATABASE_URL": database_url_for_a_process(),
             "CELERY_BROKER_URL": broker_url,
             "RUNS_API_URL": f"{live_url}/api/v1/",
             "RUNS_WORK_DIR": str(work_dir),

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
-from django.db import connection
 from django.utils import timezone
 
 from proposals import services as proposal_services
@@ -51,7 +50,13 @@ from tests.runs.executors.iris_controller import (  # noqa: F401
     iris_controller,
 )
 from tests.runs.git_helpers import git, repo_fixture  # noqa: F401  (the repo fixture)
-from tests.runs.runs_helpers import eager_tasks, frozen_plan, launched_plan, wait_for  # noqa: F401
+from tests.runs.runs_helpers import (  # noqa: F401
+    database_url_for_a_process,
+    eager_tasks,
+    frozen_plan,
+    launched_plan,
+    wait_for,
+)
 
 pytestmark = pytest.mark.iris
 
@@ -418,11 +423,9 @@ def test_a_worker_killed_mid_submit_leaves_no_orphan_job(
     PlanLaunch.objects.filter(plan=plan).update(command_template="{python} -c \"print('once')\"")
     run = Run.objects.get(plan=plan)
     assert dispatch.run_start(run_id=run.pk, submit=False) is not None  # running, no job yet
-    db = connection.settings_dict
     env = {
         **os.environ,
-        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST'] or '127.0.0.1'}:"
-        f"{db['PORT'] or 5432}/{db['NAME']}",
+        "DATABASE_URL": database_url_for_a_process(),
         "DJANGO_SETTINGS_MODULE": "marin_site.settings",
         "RUNS_IRIS_CONTROLLER_URL": settings.RUNS_IRIS_CONTROLLER_URL,
         "RUNS_IRIS_COMMAND": settings.RUNS_IRIS_COMMAND,
