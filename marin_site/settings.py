@@ -227,6 +227,9 @@ PAGE_CACHE_VIEWS = frozenset(
         # points bump no generation); the figures that move are polled from the chart data.
         "campaigns:list",
         "campaigns:detail",
+        # The board: a finished run, a track changed bump the generation (runs/invalidation.py).
+        "board:board",
+        "board-entries",
     }
 )
 
