@@ -44,7 +44,11 @@ RULES = (
     Rule("runs.Plan", "a plan's table on its proposal's page"),
     Rule("runs.PlanLaunch", "a launch's summary and results"),
     Rule("runs.Run", "run pages, run tables, a campaign's progress, the board"),
-    Rule("runs.BoardTrack", "the board"),
+    # The board (runs/board/rank.py writes its entries and changes in bulk, then applies the
+    # track's rule with rows_changed: one bump for a whole ranking).
+    Rule("runs.BoardTrack", "the board's pages, its chart, its feed and its API"),
+    Rule("runs.BoardEntry", "the board's pages, its chart and its API"),
+    Rule("runs.BoardRankChange", "the board's latest rank changes and its feed"),
     Rule("runs.RunEvent", "run timelines and the proposal's merged timeline"),
     Rule("runs.MetricFlag", "a run's flagged metrics on its page"),
     Rule("runs.Alert", "open alerts on run, proposal and campaign pages"),

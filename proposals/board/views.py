@@ -1,7 +1,9 @@
-"""The board page and its export in the shape of Marin's speedrun leaderboard (``runs.json``).
+"""The board's pages: ``/board/`` (a track's ranked entries, its Pareto chart, its latest rank
+changes), ``/board/chart.json`` (the chart's points) and ``/board/runs.json`` (a track's
+entries in the fields of Marin's speedrun leaderboard data, streamed).
 
 Query parameters are checked and refused in words: an unknown ``track`` is 404, a ``page``
-that is not a whole number from 1 is 400.
+that is not a whole number from 1, or past the last page, is 400; the page says which.
 """
 
 from __future__ import annotations
@@ -10,47 +12,49 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-from django.http import (
-    Http404,
-    HttpRequest,
-    HttpResponse,
-    HttpResponseBadRequest,
-    StreamingHttpResponse,
-)
+from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 
 from proposals.github.client import issue_html_url
 from proposals.models import Proposal
-from runs.board.models import BoardTrack
-from runs.board.read import Entry, track_entries, tracks_active
+from runs.board.models import BPB_KEY, BoardEntry, BoardTrack
+from runs.board.read import (
+    TrackUnknown,
+    chart_data,
+    entries_count,
+    entries_page,
+    entries_stream,
+    rank_changes,
+    track_get,
+    tracks_active,
+)
 
 PAGE_ENTRIES = 50
-MAX_PAGE = 10_000
+MAX_PAGE = 100_000
 
 
 class BadQuery(ValueError):
-    pass
+    """A query parameter the board cannot read; the message names it."""
 
 
 def page_number(raw: str | None) -> int:
     if raw is None or raw == "":
         return 1
-    if len(raw) > 6 or not raw.isdigit() or int(raw) < 1 or int(raw) > MAX_PAGE:
+    if len(raw) > 6 or not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
         raise BadQuery(f"page: {raw[:20]!r} is not a whole number from 1 to {MAX_PAGE}")
     return int(raw)
 
 
-def track_chosen(raw: str | None, tracks: list[BoardTrack]) -> BoardTrack | None:
-    if raw is None or raw == "":
-        return tracks[0] if tracks else None
-    for track in tracks:
-        if track.slug == raw:
-            return track
-    raise Http404(f"track: no track named {raw[:63]!r}")
+def _refused(request: HttpRequest, problem: str, status: int) -> HttpResponse:
+    if request.path.endswith(".json"):
+        return JsonResponse({"detail": problem}, status=status)
+    return render(
+        request, "refused.html", {"problems": [problem], "back": "/board/"}, status=status
+    )
 
 
 def proposal_links(plan_ids: set[int]) -> dict[int, dict[str, Any]]:
-    """The proposal of each plan (the plan -> proposal reverse relation), with its issue."""
+    """The proposal of each plan, with its GitHub issue and its author (one query)."""
     links: dict[int, dict[str, Any]] = {}
     for pk, plan_id, title, number, author in Proposal.objects.filter(
         plan_id__in=plan_ids
@@ -66,33 +70,64 @@ def proposal_links(plan_ids: set[int]) -> dict[int, dict[str, Any]]:
     return links
 
 
-def entry_rows(entries: list[Entry]) -> list[dict[str, Any]]:
+def entry_row(entry: BoardEntry, proposal: dict[str, Any] | None) -> dict[str, Any]:
+    """One entry as the page, the API and the export read it."""
+    return {
+        "rank": entry.rank,
+        "run_id": entry.run_id,
+        "run_url": f"/runs/{entry.run_id}/",
+        "plan_id": entry.plan_id,
+        "score": entry.score,
+        "value": entry.value,
+        "flops": entry.flops,
+        "label": entry.label,
+        "verified": entry.verified,
+        "origin": entry.origin,
+        "ran_by": entry.ran_by,
+        "executor": entry.executor,
+        "pool": entry.pool,
+        "agent": entry.agent,
+        "git_sha": entry.git_sha,
+        "config_hash": entry.config_hash,
+        "recipe": entry.recipe,
+        "run_name": entry.run_name,
+        "description": entry.description,
+        "finished_at": entry.finished_at.isoformat() if entry.finished_at else None,
+        "wandb_url": entry.wandb_url,
+        "imported_from": entry.imported_from,
+        "model_size": entry.model_size,
+        "training_time": entry.training_time,
+        "training_hardware_flops": entry.training_hardware_flops,
+        "note": entry.note,
+        "proposal": proposal,
+    }
+
+
+def entry_rows(entries: list[BoardEntry]) -> list[dict[str, Any]]:
     links = proposal_links({e.plan_id for e in entries})
-    rows = []
-    for entry in entries:
-        row = entry.as_dict()
-        row["proposal"] = links.get(entry.plan_id)
-        rows.append(row)
-    return rows
+    return [entry_row(e, links.get(e.plan_id)) for e in entries]
 
 
 def board(request: HttpRequest) -> HttpResponse:
     try:
         page = page_number(request.GET.get("page"))
+        tracks = tracks_active()
+        track = track_get(request.GET.get("track"), tracks)
     except BadQuery as problem:
-        return HttpResponseBadRequest(str(problem), content_type="text/plain; charset=utf-8")
-    tracks = tracks_active()
-    track = track_chosen(request.GET.get("track"), tracks)
+        return _refused(request, str(problem), 400)
+    except TrackUnknown as problem:
+        return _refused(request, str(problem), 404)
     rows: list[dict[str, Any]] = []
     total = 0
     if track is not None:
-        entries = track_entries(track)
-        total = len(entries)
-        start = (page - 1) * PAGE_ENTRIES
-        rows = entry_rows(entries[start : start + PAGE_ENTRIES])
+        total = entries_count(track)
+        pages = max(1, -(-total // PAGE_ENTRIES))
+        if page > pages:
+            return _refused(
+                request, f"page: {page} is past the last page of this track ({pages})", 400
+            )
+        rows = entry_rows(entries_page(track, start=(page - 1) * PAGE_ENTRIES, size=PAGE_ENTRIES))
     pages = max(1, -(-total // PAGE_ENTRIES))
-    if page > pages:
-        raise Http404(f"page: there are {pages} pages on this track")
     return render(
         request,
         "proposals/board/board.html",
@@ -105,45 +140,83 @@ def board(request: HttpRequest) -> HttpResponse:
             "pages": pages,
             "previous_page": page - 1 if page > 1 else None,
             "next_page": page + 1 if page < pages else None,
+            "changes": list(rank_changes(track, limit=10)) if track else [],
         },
     )
 
 
-def speedrun_record(row: dict[str, Any]) -> dict[str, Any]:
-    """One entry in the fields of Marin's speedrun leaderboard data (``runs.json``)."""
-    proposal = row.get("proposal") or {}
-    author = proposal.get("author") or row["ran_by"]
+def board_chart(request: HttpRequest) -> HttpResponse:
+    try:
+        track = track_get(request.GET.get("track"), tracks_active())
+    except TrackUnknown as problem:
+        return _refused(request, str(problem), 404)
+    if track is None:
+        return _refused(request, "track: there are no tracks yet", 404)
+    return JsonResponse(chart_data(track))
+
+
+def _when(entry: BoardEntry) -> str | None:
+    """Marin's format of ``run_completion_timestamp`` (``2025-06-27 06:41:56 UTC``)."""
+    return entry.finished_at.strftime("%Y-%m-%d %H:%M:%S UTC") if entry.finished_at else None
+
+
+def speedrun_record(
+    entry: BoardEntry, proposal: dict[str, Any] | None, *, bpb: bool = True
+) -> dict[str, Any]:
+    """One entry in the fields of Marin's speedrun leaderboard data (``runs.json``). A figure
+    the run does not have is null, never made up (so is the BPB of a track that reads another
+    metric, ``bpb=False``); the description says where the entry comes from and whether the
+    site verified it."""
+    author = entry.ran_by
+    if entry.origin == "launched" and proposal and proposal.get("author"):
+        author = proposal["author"]
+    provenance = f"{entry.label}: {entry.origin}" + (
+        f" from {entry.imported_from}" if entry.imported_from else ""
+    )
+    if entry.git_sha:
+        provenance += f", commit {entry.git_sha[:12]}"
+    parts = [entry.description or entry.recipe, f"[{provenance}]"]
+    if proposal:
+        parts.append(f"proposal: {proposal['title']}")
     return {
-        "run_name": f"run-{row['run_id']}",
-        "results_filepath": f"/runs/{row['run_id']}/",
-        "author": {"name": author, "affiliation": "", "url": None},
-        "model_size": int(row["model_size"] or 0),
-        "training_hardware_flops": row["training_hardware_flops"] or 0.0,
-        "training_time": row["training_time"] or 0.0,
-        "model_flops": row["flops"],
-        "eval_paloma_c4_en_bpb": row["value"],
-        "wandb_link": row["wandb_url"] or None,
-        "run_completion_timestamp": row["finished_at"],
-        "description": (
-            f"{row['recipe']}; {row['label']} ({row['origin']})"
-            + (f"; {proposal['title']}" if proposal.get("title") else "")
-        ),
+        "run_name": entry.run_name,
+        "results_filepath": entry.results_filepath or f"/runs/{entry.run_id}/",
+        "author": {
+            "name": author,
+            "affiliation": entry.author_affiliation,
+            "url": entry.author_url or None,
+        },
+        "model_size": int(entry.model_size) if entry.model_size is not None else None,
+        "training_hardware_flops": entry.training_hardware_flops,
+        "training_time": entry.training_time,
+        "model_flops": entry.flops,
+        "eval_paloma_c4_en_bpb": entry.value if bpb else None,
+        "wandb_link": entry.wandb_url or None,
+        "run_completion_timestamp": _when(entry),
+        "description": " ".join(parts),
     }
 
 
-def _stream(track: BoardTrack) -> Iterator[str]:
-    entries = track_entries(track)
+def _export(track: BoardTrack) -> Iterator[str]:
+    bpb = track.metric == BPB_KEY
     yield "["
-    for start in range(0, len(entries), 500):
-        rows = entry_rows(entries[start : start + 500])
-        for i, row in enumerate(rows):
-            yield ("," if start or i else "") + json.dumps(speedrun_record(row))
-    yield "]"
+    first = True
+    for chunk in entries_stream(track):
+        links = proposal_links({e.plan_id for e in chunk})
+        for entry in chunk:
+            record = speedrun_record(entry, links.get(entry.plan_id), bpb=bpb)
+            yield ("\n" if first else ",\n") + json.dumps(record)
+            first = False
+    yield "\n]\n"
 
 
-def board_export(request: HttpRequest) -> StreamingHttpResponse:
-    tracks = tracks_active()
-    track = track_chosen(request.GET.get("track"), tracks)
+def board_export(request: HttpRequest) -> HttpResponse | StreamingHttpResponse:
+    try:
+        track = track_get(request.GET.get("track"), tracks_active())
+    except TrackUnknown as problem:
+        return _refused(request, str(problem), 404)
     if track is None:
-        raise Http404("track: there are no tracks")
-    return StreamingHttpResponse(_stream(track), content_type="application/json")
+        return _refused(request, "track: there are no tracks yet", 404)
+    response = StreamingHttpResponse(_export(track), content_type="application/json")
+    response["Content-Disposition"] = f'inline; filename="runs-{track.slug}.json"'
+    return response

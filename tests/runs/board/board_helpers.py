@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
+from marin_site.celery import app as celery_app
 from runs.board.models import BoardTrack
 from runs.models import Recipe, Run, RunOrigin, RunState
 from tests.runs.runs_helpers import launched_plan
@@ -50,3 +54,14 @@ def track(slug: str = "bpb-1-3", **fields: Any) -> BoardTrack:
     }
     BoardTrack.objects.exclude(slug=slug).update(active=False)
     return BoardTrack.objects.create(slug=slug, **(defaults | fields))
+
+
+@pytest.fixture
+def eager() -> Iterator[None]:
+    """The nudged tasks run in the test (as a worker would run them after the commit)."""
+    before = celery_app.conf.task_always_eager
+    celery_app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        celery_app.conf.task_always_eager = before
