@@ -40,7 +40,8 @@ class BadQuery(ValueError):
 def page_number(raw: str | None) -> int:
     if raw is None or raw == "":
         return 1
-    if len(raw) > 6 or not raw.isdigit() or not 1 <= int(raw) <= MAX_PAGE:
+    # ASCII digits only: "²" is a digit to str.isdigit, and not a number to int().
+    if len(raw) > 6 or not (raw.isascii() and raw.isdigit()) or not 1 <= int(raw) <= MAX_PAGE:
         raise BadQuery(f"page: {raw[:20]!r} is not a whole number from 1 to {MAX_PAGE}")
     return int(raw)
 
