@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
 
@@ -181,7 +182,7 @@ def speedrun_record(
         parts.append(f"proposal: {proposal['title']}")
     return {
         "run_name": entry.run_name,
-        "results_filepath": entry.results_filepath or f"/runs/{entry.run_id}/",
+        "results_filepath": entry.results_filepath or f"{settings.SITE_URL}/runs/{entry.run_id}/",
         "author": {
             "name": author,
             "affiliation": entry.author_affiliation,

@@ -88,6 +88,9 @@ def test_the_page_ranks_with_provenance_and_links(
     assert "https://github.com/marin-community/marin/issues/4242" in html
     assert html.index(f"run {a.pk}<") < html.index(f"run {b.pk}<")
     assert 'href="/board/"' in html and ">Board</a>" in html  # in the site's navigation
+    # The failed attempt stays visible where it belongs: on its proposal's page.
+    proposal_page = client.get(f"/proposals/{proposal.pk}/").content.decode()
+    assert f"/runs/{c.pk}/" in proposal_page
 
 
 @pytest.mark.parametrize(
