@@ -21,9 +21,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from marin_site.fragments import Fragments
 from proposals.board.views import PAGE_ENTRIES, entry_rows
 from runs.board.models import BoardEntry, BoardTrack
-from runs.board.read import TrackUnknown, entries, track_get, tracks_active
+from runs.board.read import BOARD_VERSION, TrackUnknown, entries, track_get, tracks_active
 
 
 class BoardTrackSerializer(serializers.ModelSerializer[BoardTrack]):
@@ -138,9 +139,19 @@ class BoardView(APIView):
             raise NotFound(str(problem)) from problem
         if track is None:
             raise NotFound("track: there are no tracks yet")
-        paginator = BoardPagination()
-        page = paginator.paginate_queryset(entries(track), request, view=self)
-        response = paginator.get_paginated_response(entry_rows(list(page or [])))
-        track.entry_count = paginator.page.paginator.count  # type: ignore[attr-defined,union-attr]
-        response.data["track"] = BoardTrackSerializer(track).data
-        return response
+        # The page's data is one fragment for every reader (by track, page and host: the
+        # pager's links are absolute), versioned by the track's ranking.
+        name = (
+            f"board-api:{track.pk}:{request.query_params.get('page', '')[:12]}:{request.get_host()}"
+        )
+        fragments = Fragments({name: [(BOARD_VERSION, track.pk)]})
+        data = fragments.get(name)
+        if data is None:
+            paginator = BoardPagination()
+            page = paginator.paginate_queryset(entries(track), request, view=self)
+            data = paginator.get_paginated_response(entry_rows(list(page or []))).data
+            track.entry_count = paginator.page.paginator.count  # type: ignore[attr-defined,union-attr]
+            data["track"] = BoardTrackSerializer(track).data
+            fragments.put(name, data)
+            fragments.save()
+        return Response(data)

@@ -15,11 +15,16 @@ from typing import Any
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse, JsonResponse, StreamingHttpResponse
 from django.shortcuts import render
+from django.utils.functional import cached_property
 
+from marin_site.fragments import Dependency, Fragments
+from marin_site.roles import roles_kept
 from proposals.github.client import issue_html_url
 from proposals.models import Proposal
+from proposals.pages import site_header, site_header_refine
 from runs.board.models import BPB_KEY, BoardEntry, BoardTrack
 from runs.board.read import (
+    BOARD_VERSION,
     TrackUnknown,
     chart_data,
     entries_count,
@@ -110,7 +115,44 @@ def entry_rows(entries: list[BoardEntry]) -> list[dict[str, Any]]:
     return [entry_row(e, links.get(e.plan_id)) for e in entries]
 
 
+class _TrackSection:
+    """What the track's section shows (its count, a page of entries with their proposals, its
+    latest changes), read only when the section is rendered, not when it is a kept fragment."""
+
+    def __init__(self, track: BoardTrack, page: int) -> None:
+        self.track = track
+        self.page = page
+
+    @cached_property
+    def total(self) -> int:
+        return entries_count(self.track)
+
+    @cached_property
+    def pages(self) -> int:
+        return max(1, -(-self.total // PAGE_ENTRIES))
+
+    @cached_property
+    def rows(self) -> list[dict[str, Any]]:
+        start = (self.page - 1) * PAGE_ENTRIES
+        return entry_rows(entries_page(self.track, start=start, size=PAGE_ENTRIES))
+
+    @cached_property
+    def changes(self) -> list[Any]:
+        return list(rank_changes(self.track, limit=10))
+
+    @property
+    def previous_page(self) -> int | None:
+        return self.page - 1 if self.page > 1 else None
+
+    @property
+    def next_page(self) -> int | None:
+        return self.page + 1 if self.page < self.pages else None
+
+
 def board(request: HttpRequest) -> HttpResponse:
+    """The board page. The track's section is one fragment for every reader (named by track
+    and page, versioned by the track's ``("board", pk)``, which each ranking bumps), so a
+    signed-in reader's page is their header plus the kept section."""
     try:
         page = page_number(request.GET.get("page"))
         tracks = tracks_active()
@@ -119,32 +161,33 @@ def board(request: HttpRequest) -> HttpResponse:
         return _refused(request, str(problem), 400)
     except TrackUnknown as problem:
         return _refused(request, str(problem), 404)
-    rows: list[dict[str, Any]] = []
-    total = 0
+    header = site_header(request)
+    body = f"board-track:{track.pk}:{page}" if track is not None else ""
+    wanted: dict[str, list[Dependency]] = {header: [], "site-footer": []}
     if track is not None:
-        total = entries_count(track)
-        pages = max(1, -(-total // PAGE_ENTRIES))
-        if page > pages:
-            return _refused(
-                request, f"page: {page} is past the last page of this track ({pages})", 400
-            )
-        rows = entry_rows(entries_page(track, start=(page - 1) * PAGE_ENTRIES, size=PAGE_ENTRIES))
-    pages = max(1, -(-total // PAGE_ENTRIES))
-    return render(
+        wanted[body] = [(BOARD_VERSION, track.pk)]
+    fragments = Fragments(wanted, shared=roles_kept(request.user))
+    site_header_refine(fragments, header, request)
+    section = _TrackSection(track, page) if track is not None else None
+    # A kept section was a page that existed under the same version; else check it now.
+    if section is not None and fragments.get(body) is None and page > section.pages:
+        return _refused(
+            request, f"page: {page} is past the last page of this track ({section.pages})", 400
+        )
+    response = render(
         request,
         "proposals/board/board.html",
         {
             "tracks": tracks,
             "track": track,
-            "rows": rows,
-            "total": total,
-            "page": page,
-            "pages": pages,
-            "previous_page": page - 1 if page > 1 else None,
-            "next_page": page + 1 if page < pages else None,
-            "changes": list(rank_changes(track, limit=10)) if track else [],
+            "section": section,
+            "fragments": fragments,
+            "site_header": header,
+            "board_fragment": body,
         },
     )
+    fragments.save()
+    return response
 
 
 def board_chart(request: HttpRequest) -> HttpResponse:
@@ -154,7 +197,11 @@ def board_chart(request: HttpRequest) -> HttpResponse:
         return _refused(request, str(problem), 404)
     if track is None:
         return _refused(request, "track: there are no tracks yet", 404)
-    return JsonResponse(chart_data(track))
+    name = f"board-chart:{track.pk}"
+    fragments = Fragments({name: [(BOARD_VERSION, track.pk)]})
+    data = fragments.get_or_render(name, lambda: chart_data(track))
+    fragments.save()
+    return JsonResponse(data)
 
 
 def _when(entry: BoardEntry) -> str | None:

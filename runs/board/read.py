@@ -14,6 +14,9 @@ from django.db.models import QuerySet
 from runs.board.models import BoardEntry, BoardRankChange, BoardTrack
 
 CHART_POINTS = 2000  # the chart draws the best ranks and the whole frontier
+# The fragments of a track's pages carry its version ("board", track id): every ranking of
+# the track bumps it (runs/invalidation.py), and nothing else does.
+BOARD_VERSION = "board"
 
 
 class TrackUnknown(LookupError):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import feedparser
@@ -273,3 +274,39 @@ def test_the_export_reads_back_through_the_speedrun_importer(
     assert imported.figures["eval/paloma/c4_en/bpb"] == 1.25
     assert imported.figures["model_flops"] == 2e18
     assert rows[0]["model_size"] is None and rows[0]["run_completion_timestamp"] is None
+
+
+def test_a_signed_in_reader_gets_the_kept_section_until_the_next_ranking(
+    client: Client,
+    recipe: Any,
+    settings: Any,
+    contributor: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    settings.FRAGMENT_CACHE_SECONDS = 600
+    cache.clear()
+    a, b, *_ = four_runs(recipe)
+    finish(a, bpb=1.2, flops=1e18)
+    t = track()
+    client.force_login(contributor)
+    first = client.get("/board/").content.decode()
+    with CaptureQueriesContext(connection) as kept:
+        again = client.get("/board/").content.decode()
+    token = re.compile(r'name="csrfmiddlewaretoken" value="[^"]+"')
+    assert token.sub("", again) == token.sub("", first)  # each response has its own token
+    tables = " ".join(q["sql"] for q in kept.captured_queries)
+    assert "runs_boardentry" not in tables and "proposals_proposal" not in tables
+    api = client.get("/api/v1/board/").json()
+    assert [r["run_id"] for r in api["results"]] == [a.pk]
+    finish(b, bpb=1.1, flops=5e17)
+    with django_capture_on_commit_callbacks(execute=True):
+        track_rank(t)  # a ranking bumps the track's version once it commits
+
+    fresh = client.get("/board/").content.decode()
+    assert fresh.index(f"run {b.pk}<") < fresh.index(f"run {a.pk}<")
+    assert [r["run_id"] for r in client.get("/api/v1/board/").json()["results"]] == [b.pk, a.pk]
+    chart = client.get("/board/chart.json").json()
+    assert [p["run"] for p in chart["points"]] == [b.pk, a.pk]
