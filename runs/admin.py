@@ -10,7 +10,7 @@ from marin_site.admin import RecordedAdmin, TimelineAdmin
 from marin_site.doors import Door
 from marin_site.events import Verb
 from marin_site.input import PolicyModelForm
-from runs.board.models import BoardEntry, BoardTrack
+from runs.board.models import BoardEntry, BoardRankChange, BoardTrack
 from runs.board.parameters import parameters_clean
 from runs.models import (
     Agent,
@@ -286,6 +286,21 @@ class BoardEntryAdmin(admin.ModelAdmin):
     list_display = ["track", "rank", "run", "value", "flops", "verified", "origin"]
     list_filter = ["track", "verified", "origin"]
     raw_id_fields = ["run", "plan"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(BoardRankChange)
+class BoardRankChangeAdmin(admin.ModelAdmin):
+    """Read only: the rank changes ``runs.board.rank`` records (the board's feed)."""
+
+    list_display = ["created_at", "track", "run", "from_rank", "to_rank", "message"]
+    list_filter = ["track"]
+    raw_id_fields = ["run"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
