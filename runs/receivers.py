@@ -16,6 +16,7 @@ from marin_site.nudges import nudge
 from runs.alerts.models import AlertRule
 from runs.alerts.receivers import alert_rules_forget, alerts_close_with_run
 from runs.board.models import BoardTrack
+from runs.board.rank import board_rank_soon
 from runs.models import TERMINAL_RUN_STATES, Recipe, Run, RunState
 from runs.series.rollup import series_refresh_now
 from runs.signals import run_state_changed
@@ -52,7 +53,7 @@ def on_run_finished_rank_board(sender: Any, *, run_id: int, to_state: str, **kwa
     if to_state == RunState.FINISHED:
         recipe_name = Run.objects.filter(pk=run_id).values_list("recipe_name", flat=True).first()
         if recipe_name is not None:
-            nudge("runs.board_rank", recipe_name=recipe_name)
+            board_rank_soon(recipe_name)
 
 
 @receiver(post_save, sender=BoardTrack, dispatch_uid="runs.board.track_saved")

@@ -77,8 +77,10 @@ def board_rank_task(*, recipe_name: str | None = None, track_id: int | None = No
     """Rank the board's tracks that read ``recipe_name`` (one track by id; every track when
     neither is given). Answers how many tracks were ranked."""
     from runs.board.models import BoardTrack
-    from runs.board.rank import boards_rank_for, track_rank
+    from runs.board.rank import boards_rank_for, rank_asked_forget, track_rank
 
+    if recipe_name is not None:
+        rank_asked_forget(recipe_name)
     if track_id is not None:
         track = BoardTrack.objects.filter(pk=track_id, active=True).first()
         return 0 if track is None else int(bool(track_rank(track)))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from dataclasses import asdict, dataclass
 
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -24,6 +25,7 @@ from django.utils import timezone
 from marin_site.doors import Door
 from marin_site.events import Verb
 from marin_site.invalidation import rows_changed
+from marin_site.nudges import task_send
 from runs.board.models import BoardEntry, BoardRankChange, BoardTrack
 from runs.board.ranking import Ranked, track_ranking
 from runs.models import RunEvent
@@ -111,6 +113,25 @@ def track_rank(track: BoardTrack, *, door: str = Door.SYSTEM) -> RankReport:
     if events:
         rows_changed(RunEvent, events)
     return RankReport(track=track.slug, entries=len(ranked), changes=len(changes))
+
+
+RANK_DELAY_SECONDS = 5  # the runs of a plan that finish together are ranked once
+
+
+def _pending_key(recipe_name: str) -> str:
+    return f"board:rank-pending:{recipe_name}"
+
+
+def board_rank_soon(recipe_name: str) -> None:
+    """Ask for the tracks reading ``recipe_name`` to be ranked in a few seconds, once: a run
+    finishing while a ranking is already asked for joins it (the task forgets the ask as
+    it starts, so a run finishing during a ranking asks for the next one)."""
+    if cache.add(_pending_key(recipe_name), 1, timeout=600):
+        task_send("runs.board_rank", countdown=RANK_DELAY_SECONDS, recipe_name=recipe_name)
+
+
+def rank_asked_forget(recipe_name: str) -> None:
+    cache.delete(_pending_key(recipe_name))
 
 
 def tracks_reading(recipe_name: str | None) -> list[BoardTrack]:

@@ -54,7 +54,7 @@ def test_entries_are_stored_and_the_first_ranking_is_recorded_as_entered(recipe:
 
 
 def test_a_run_that_finishes_ahead_moves_the_others_on_their_timelines(
-    recipe: Any, eager: None, django_capture_on_commit_callbacks: Any
+    client: Any, recipe: Any, eager: None, django_capture_on_commit_callbacks: Any
 ) -> None:
     a, b, c, _ = four_runs(recipe)
     finish(a, bpb=1.2, flops=2e18)
@@ -82,6 +82,9 @@ def test_a_run_that_finishes_ahead_moves_the_others_on_their_timelines(
         )
     )
     assert sorted(moves) == sorted([(a.pk, 1, 2), (b.pk, 2, None)])
+    # On the run's own page, in its timeline, in words.
+    page = client.get(f"/runs/{c.pk}/").content.decode()
+    assert "changed rank on the board" in page and "entered “Fastest to 1.3 BPB” at rank 1" in page
 
 
 def test_a_failed_run_never_ranks_and_stays_off_the_board(
@@ -177,3 +180,21 @@ def test_manage_board_rank(recipe: Any) -> None:
 
     with pytest.raises(CommandError, match="no track is named 'nope'"):
         call_command("board_rank", track="nope")
+
+
+def test_runs_finishing_together_ask_for_one_ranking(monkeypatch: Any) -> None:
+    from runs.board import rank
+    from runs.tasks import board_rank_task
+
+    sent: list[tuple[str, dict[str, Any]]] = []
+    monkeypatch.setattr(rank, "task_send", lambda name, **kw: sent.append((name, kw)))
+    for _ in range(5):  # five runs of one plan finish in the same second
+        rank.board_rank_soon("tiny-moe")
+    rank.board_rank_soon("marin-moe")
+    assert sent == [
+        ("runs.board_rank", {"countdown": rank.RANK_DELAY_SECONDS, "recipe_name": "tiny-moe"}),
+        ("runs.board_rank", {"countdown": rank.RANK_DELAY_SECONDS, "recipe_name": "marin-moe"}),
+    ]
+    board_rank_task(recipe_name="tiny-moe")  # the ranking starts: the ask is forgotten
+    rank.board_rank_soon("tiny-moe")  # so a run finishing now asks for the next one
+    assert len(sent) == 3
