@@ -592,6 +592,146 @@ def counts() -> dict[str, int]:
     }
 
 
+BOARD_PREFIX = "bench-board-"  # the recipe names, plans and track slugs of the seeded board
+
+
+def seed_board(entries: int, tracks: int, reseed: bool) -> dict[str, int]:
+    """``entries`` finished runs over ``tracks`` board tracks (one recipe name each, the runs
+    shared evenly), of every origin, ranked by ``runs.board.rank`` as a finished run would
+    rank them; only when the seeded board differs from what is asked.
+
+    Each run is a bulk-created row with Marin's figures as its final metrics; a tenth are
+    imported, a tenth claimed, the rest launched at a pinned commit (verified). The tracks
+    cycle through the board's rules (threshold, lowest, effective speedup)."""
+    from django.contrib.auth import get_user_model
+    from django.db import connection, transaction
+
+    from runs.board.models import BoardEntry, BoardTrack, TrackRule
+    from runs.board.rank import track_rank
+    from runs.models import Plan, PlanEntry, Recipe, Run, RunOrigin, RunState
+
+    have = BoardEntry.objects.filter(track__slug__startswith=BOARD_PREFIX).count()
+    seeded_tracks = BoardTrack.objects.filter(slug__startswith=BOARD_PREFIX).count()
+    if not reseed and seeded_tracks == tracks and have == entries:
+        log(f"board already holds {have} entries over {seeded_tracks} tracks; not seeding")
+        return {"board_tracks": seeded_tracks, "board_entries": have}
+    started = time.perf_counter()
+    rng = random.Random(20261206)
+    with transaction.atomic():
+        BoardTrack.objects.filter(slug__startswith=BOARD_PREFIX).delete()
+        Run.objects.filter(recipe_name__startswith=BOARD_PREFIX).delete()
+        Plan.objects.filter(spec_text__startswith=BOARD_PREFIX).delete()
+        recipe = Recipe.objects.order_by("pk").first()
+        if recipe is None:
+            raise SystemExit("no recipe to hang the board's plans on (seed the proposals first)")
+        claimant = (
+            get_user_model()
+            .objects.filter(username__startswith=BENCH_PREFIX)
+            .order_by("pk")
+            .first()
+        )
+        now = dt.datetime.now(dt.UTC)
+        per_track = [entries // tracks + (1 if i < entries % tracks else 0) for i in range(tracks)]
+        rules = [TrackRule.SPEEDRUN_THRESHOLD, TrackRule.LOWEST, TrackRule.EFFECTIVE_SPEEDUP]
+        for t, count in enumerate(per_track):
+            name = f"{BOARD_PREFIX}{t}"
+            plan = Plan.objects.create(
+                recipe=recipe,
+                recipe_snapshot={"name": name, "version": "1"},
+                spec_text=f"{BOARD_PREFIX}{t}",
+                run_count=count,
+                total_flops=0.0,
+                total_accelerator_hours=0.0,
+            )
+            plan_entries = PlanEntry.objects.bulk_create(
+                [
+                    PlanEntry(
+                        plan=plan,
+                        index=i,
+                        config={"i": i},
+                        config_hash=f"{t:04d}{i:060d}",
+                        flops=10 ** rng.uniform(17, 20),
+                        accelerator_hours=1.0,
+                    )
+                    for i in range(count)
+                ],
+                batch_size=2000,
+            )
+            runs = []
+            for i, entry in enumerate(plan_entries):
+                origin = (
+                    RunOrigin.IMPORTED
+                    if i % 10 == 0
+                    else RunOrigin.CLAIMED
+                    if i % 10 == 1
+                    else RunOrigin.LAUNCHED
+                )
+                flops = entry.flops
+                bpb = 0.75 + 40.0 * flops**-0.1 + rng.uniform(0.0, 0.15)  # 1.1 to 1.7
+                runs.append(
+                    Run(
+                        plan=plan,
+                        entry=entry,
+                        recipe_name=name,
+                        recipe_version="1",
+                        config=entry.config,
+                        config_hash=entry.config_hash,
+                        state=RunState.FINISHED,
+                        origin=origin,
+                        git_sha=""
+                        if origin == RunOrigin.IMPORTED
+                        else f"{rng.getrandbits(160):040x}",
+                        git_clean=True,
+                        executor="local" if origin == RunOrigin.LAUNCHED else "",
+                        claimed_by=claimant if origin == RunOrigin.CLAIMED else None,
+                        claim_where="a lab workstation" if origin == RunOrigin.CLAIMED else "",
+                        imported_from=f"wandb:marin/speedrun/{t}-{i}"
+                        if origin == RunOrigin.IMPORTED
+                        else "",
+                        tracker_tags={"author": "Ada", "description": sentence(rng, 8)}
+                        if origin == RunOrigin.IMPORTED
+                        else {},
+                        final_metrics={
+                            "eval/paloma/c4_en/bpb": bpb,
+                            "model_flops": flops,
+                            "training_hardware_flops": flops * 2.2,
+                            "training_time": flops / 1e15,
+                            "model_size": 1.3e8,
+                        },
+                        finished_at=now - dt.timedelta(minutes=i),
+                    )
+                )
+            Run.objects.bulk_create(runs, batch_size=2000)
+            rule = rules[t % len(rules)]
+            parameters: dict[str, Any] = {
+                TrackRule.SPEEDRUN_THRESHOLD: {"threshold": 1.8},  # every seeded run reaches it
+                TrackRule.LOWEST: {},
+                TrackRule.EFFECTIVE_SPEEDUP: {
+                    "asymptote": 0.7,
+                    "alpha": 0.1,
+                    "baseline_budget": 1e18,
+                    "baseline_loss": 1.4,
+                },
+            }[rule]
+            track = BoardTrack.objects.create(
+                slug=name,
+                title=f"Bench track {t} ({rule})",
+                recipe_name=name,
+                metric="eval/paloma/c4_en/bpb",
+                rule=rule,
+                parameters=parameters,
+                position=100 + t,
+            )
+            track_rank(track)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    have = BoardEntry.objects.filter(track__slug__startswith=BOARD_PREFIX).count()
+    log(
+        f"seeded the board in {time.perf_counter() - started:.1f} s: {have} entries, {tracks} tracks"
+    )
+    return {"board_tracks": tracks, "board_entries": have}
+
+
 def pick_detail_proposal() -> int:
     """A submitted proposal with reviews and events (its page also renders the plan preview)."""
     from django.db.models import Count
@@ -1304,7 +1444,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--wrk-threads", type=int, default=1)
     p.add_argument("--target-p99-ms", type=float, default=100)
     p.add_argument(
-        "--pages", default="list,detail,api", help="comma-separated subset of list,detail,api"
+        "--pages",
+        default="list,detail,api",
+        help="comma-separated subset of list,detail,api,board,board-page,board-api,board-chart",
     )
     p.add_argument(
         "--wait-for-pages",
@@ -1326,6 +1468,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "reviewers, authors) and sends its session cookie: pages rendered for each user",
     )
     p.add_argument("--json", type=Path, help="also write the figures here")
+    p.add_argument(
+        "--board-entries",
+        type=int,
+        default=10_000,
+        help="finished runs ranked on the board's seeded tracks (default 10000)",
+    )
+    p.add_argument("--board-tracks", type=int, default=20, help="seeded board tracks (default 20)")
     return p.parse_args(argv)
 
 
@@ -1354,6 +1503,15 @@ def main(argv: list[str]) -> int:  # noqa: PLR0915 (one straight-line run)
     accounts = bench_accounts(detail_id) if args.signed_in else []
     all_paths = {"list": "/", "detail": f"/proposals/{detail_id}/", "api": "/api/v1/proposals/"}
     wanted = [n.strip() for n in args.pages.split(",") if n.strip()]
+    if any(name.startswith("board") for name in wanted):
+        rows |= seed_board(args.board_entries, args.board_tracks, args.reseed)
+        track = f"{BOARD_PREFIX}0"
+        all_paths |= {
+            "board": f"/board/?track={track}",
+            "board-page": f"/board/?track={track}&page=5",
+            "board-api": f"/api/v1/board/?track={track}&page=5",
+            "board-chart": f"/board/chart.json?track={track}",
+        }
     if not wanted or set(wanted) - set(all_paths):
         raise SystemExit(f"--pages: choose among {', '.join(all_paths)}")
     paths = {n: all_paths[n] for n in wanted}

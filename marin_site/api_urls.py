@@ -4,6 +4,7 @@ from django.urls import path
 from rest_framework.routers import DefaultRouter
 
 from proposals.api import CommentViewSet, ProposalSearchView, ProposalViewSet, ReviewViewSet
+from proposals.board.api import BoardTracksView, BoardView
 from runs.alerts.api import AlertRuleViewSet, AlertViewSet
 from runs.api import PlanPreviewView, RecipeViewSet, RunViewSet
 from runs.campaigns.api import CampaignViewSet
@@ -44,6 +45,8 @@ urlpatterns = [
     path("plans/preview/", PlanPreviewView.as_view(), name="plan-preview"),
     path("verdicts/check/", VerdictCheckView.as_view(), name="verdict-check"),
     path("verdicts/rules/", VerdictRulesView.as_view(), name="verdict-rules"),
+    path("board/", BoardView.as_view(), name="board-entries"),
+    path("board/tracks/", BoardTracksView.as_view(), name="board-tracks"),
     path("plans/<int:plan_id>/series/", PlanSeriesView.as_view(), name="plan-series"),
     path("runs/series/", RunsSeriesView.as_view(), name="runs-series"),  # before runs/<pk>/
     path("runs/<int:pk>/metrics/", RunMetricsView.as_view(), name="run-metrics"),

@@ -78,6 +78,8 @@ class Verb(models.TextChoices):
     METRIC_REFUSED = "metric_refused", "logged a metric that cannot be stored"
     ALERT_OPENED = "alert_opened", "alert opened"
     ALERT_CLOSED = "alert_closed", "alert closed"
+    # The board (runs/board): a run's place in a track's first ranks changed.
+    BOARD_RANK_CHANGED = "board_rank_changed", "changed rank on the board"
     # Any row, through the admin (the message names what was changed).
     ADMIN_CREATED = "admin_created", "created in the admin"
     ADMIN_EDITED = "admin_edited", "edited in the admin"

@@ -227,6 +227,12 @@ PAGE_CACHE_VIEWS = frozenset(
         # points bump no generation); the figures that move are polled from the chart data.
         "campaigns:list",
         "campaigns:detail",
+        # The board: a track ranked again bumps the generation (runs/board/rank.py); the
+        # export is streamed and the feed is a feed (as the others, not kept).
+        "board:board",
+        "board:chart",
+        "board-entries",
+        "board-tracks",
     }
 )
 
@@ -336,6 +342,7 @@ GITHUB_BASE_URL = os.environ.get("GITHUB_BASE_URL", "https://github.com").rstrip
 DATA_BROWSER_URL = os.environ.get("DATA_BROWSER_URL", "").rstrip("/")
 # The MLflow tracking API (runs/mlflow/): where jobs are told to send MLflow calls.
 RUNS_MLFLOW_TRACKING_URI = os.environ.get("RUNS_MLFLOW_TRACKING_URI", f"{SITE_URL}/mlflow")
+RUNS_BOARD_RANK_SECONDS = int(os.environ.get("RUNS_BOARD_RANK_SECONDS", "3600"))
 CELERY_BEAT_SCHEDULE = {
     "runs-reconcile": {"task": "runs.reconcile", "schedule": RUNS_RECONCILE_SECONDS},
     "runs-series-refresh": {
@@ -350,6 +357,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "runs.tracker_imports_resume",
         "schedule": RUNS_RECONCILE_SECONDS,
     },
+    # The board: every track ranked again, in case a nudge was lost (runs/board/rank.py).
+    "runs-board-rank": {"task": "runs.board_rank", "schedule": RUNS_BOARD_RANK_SECONDS},
 }
 
 # GitHub issue sync (proposals/github/): off unless GITHUB_TOKEN and GITHUB_REPOSITORY are set.

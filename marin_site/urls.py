@@ -20,6 +20,7 @@ urlpatterns = [
     path("runs/<int:pk>/<str:action>/", run_views.run_action, name="run-action"),
     path("pools/", include("runs.pools.urls")),
     path("campaigns/", include("runs.campaigns.urls")),
+    path("board/", include("proposals.board.urls")),
     path("", include(agent_file_urlpatterns)),  # the agent program and the run client
     path("", include(result_urlpatterns)),  # compare, a plan's run table and loss PNG
     path("imports/", import_views.imports_page, name="imports"),  # maintainers: the past

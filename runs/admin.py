@@ -10,6 +10,8 @@ from marin_site.admin import RecordedAdmin, TimelineAdmin
 from marin_site.doors import Door
 from marin_site.events import Verb
 from marin_site.input import PolicyModelForm
+from runs.board.models import BoardEntry, BoardRankChange, BoardTrack
+from runs.board.parameters import parameters_clean
 from runs.models import (
     Agent,
     DryRun,
@@ -229,3 +231,91 @@ from runs.alerts import admin as alerts_admin  # noqa: E402, F401  (registers al
 
 # Campaigns' admin lives in runs/campaigns/admin.py; imported here so the admin finds it.
 from runs.campaigns import admin as campaign_admin  # noqa: E402, F401
+
+
+class BoardTrackAdminForm(PolicyModelForm):
+    """A track's form: the rule's parameters are checked (``parameters_clean``), and what is
+    wrong is said in words (a parameter the rule does not have, a value out of its range, a
+    needed one missing); the defaults are filled in."""
+
+    class Meta:
+        model = BoardTrack
+        fields = [
+            "slug",
+            "title",
+            "description",
+            "recipe_name",
+            "metric",
+            "rule",
+            "parameters",
+            "top_n",
+            "position",
+            "active",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        cleaned = super().clean() or {}
+        if self.errors:
+            return cleaned
+        try:
+            cleaned["parameters"] = parameters_clean(
+                str(cleaned.get("rule") or ""), cleaned.get("parameters")
+            )
+        except ValueError as problem:
+            self.add_error("parameters", str(problem))
+        if not str(cleaned.get("metric") or "").strip():
+            self.add_error("metric", "Name the metric key the track reads.")
+        if (cleaned.get("top_n") or 0) > 1000:
+            self.add_error("top_n", "At most 1000 ranks are followed on the timeline.")
+        return cleaned
+
+
+@admin.register(BoardTrack)
+class BoardTrackAdmin(admin.ModelAdmin):
+    """Maintainers manage the board's tracks here; a saved track is ranked again at once
+    (``runs.receivers``), and its entries are never edited by hand."""
+
+    form = BoardTrackAdminForm
+    list_display = [
+        "title",
+        "slug",
+        "recipe_name",
+        "metric",
+        "rule",
+        "position",
+        "active",
+        "ranked_at",
+    ]
+    list_filter = ["active", "rule"]
+    search_fields = ["slug", "title", "recipe_name", "metric"]
+    readonly_fields = ["ranked_at"]
+
+
+@admin.register(BoardEntry)
+class BoardEntryAdmin(admin.ModelAdmin):
+    """Read only: entries are written by ``runs.board.rank`` from the runs."""
+
+    list_display = ["track", "rank", "run", "value", "flops", "verified", "origin"]
+    list_filter = ["track", "verified", "origin"]
+    raw_id_fields = ["run", "plan"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(BoardRankChange)
+class BoardRankChangeAdmin(admin.ModelAdmin):
+    """Read only: the rank changes ``runs.board.rank`` records (the board's feed)."""
+
+    list_display = ["created_at", "track", "run", "from_rank", "to_rank", "message"]
+    list_filter = ["track"]
+    raw_id_fields = ["run"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

@@ -19,6 +19,7 @@ from typing import Any
 from marin_site.fragments import Dependency
 from marin_site.invalidation import Rule
 from runs.alerts.rules import RULES_VERSION
+from runs.board.read import BOARD_VERSION
 from runs.campaigns.selectors import CAMPAIGN_LIST_VERSION
 
 
@@ -43,7 +44,24 @@ RULES = (
     Rule("runs.RecipeEvent", "a recipe's history"),
     Rule("runs.Plan", "a plan's table on its proposal's page"),
     Rule("runs.PlanLaunch", "a launch's summary and results"),
-    Rule("runs.Run", "run pages, run tables, a campaign's progress"),
+    Rule("runs.Run", "run pages, run tables, a campaign's progress, the board"),
+    # The board (runs/board/rank.py writes its entries and changes in bulk, then applies the
+    # track's rule with rows_changed: one bump for a whole ranking).
+    Rule(
+        "runs.BoardTrack",
+        "the board's pages, its chart, its feed and its API",
+        versions=lambda instance, **kwargs: [(BOARD_VERSION, instance.pk)],
+    ),
+    Rule(
+        "runs.BoardEntry",
+        "the board's pages, its chart and its API",
+        versions=lambda instance, **kwargs: [(BOARD_VERSION, instance.track_id)],
+    ),
+    Rule(
+        "runs.BoardRankChange",
+        "the board's latest rank changes and its feed",
+        versions=lambda instance, **kwargs: [(BOARD_VERSION, instance.track_id)],
+    ),
     Rule("runs.RunEvent", "run timelines and the proposal's merged timeline"),
     Rule("runs.MetricFlag", "a run's flagged metrics on its page"),
     Rule("runs.Alert", "open alerts on run, proposal and campaign pages"),

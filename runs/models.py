@@ -617,8 +617,9 @@ class RecipeEvent(TimelineEvent):
 
 
 # Alerts live in runs/alerts/, campaigns in runs/campaigns/, pools, agents and leases in
-# runs/pools/; imported here so Django registers them.
+# runs/pools/, board tracks in runs/board/; imported here so Django registers them.
 from runs.alerts.models import Alert, AlertRule, AlertWatch  # noqa: E402, F401
+from runs.board.models import BoardTrack  # noqa: E402, F401
 from runs.campaigns.models import Campaign, CampaignRun, Intervention  # noqa: E402, F401
 from runs.pools.models import Agent, Lease, Pool, RegistrationToken  # noqa: E402, F401
 

@@ -12,9 +12,12 @@ from typing import Any
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
+from marin_site.nudges import nudge
 from runs.alerts.models import AlertRule
 from runs.alerts.receivers import alert_rules_forget, alerts_close_with_run
-from runs.models import TERMINAL_RUN_STATES, Recipe, RunState
+from runs.board.models import BoardTrack
+from runs.board.rank import board_rank_soon
+from runs.models import TERMINAL_RUN_STATES, Recipe, Run, RunState
 from runs.series.rollup import series_refresh_now
 from runs.signals import run_state_changed
 
@@ -41,3 +44,20 @@ def on_run_ended_close_alerts(sender: Any, *, run_id: int, to_state: str, **kwar
 def on_alert_rules_changed(sender: Any, **kwargs: Any) -> None:
     """A rule or a recipe changed: this process's cached rules are dropped."""
     alert_rules_forget()
+
+
+@receiver(run_state_changed, dispatch_uid="runs.board.run_finished")
+def on_run_finished_rank_board(sender: Any, *, run_id: int, to_state: str, **kwargs: Any) -> None:
+    """A finished run may enter the board: the tracks reading its recipe are ranked again (a
+    failed, killed or crashed run never enters; it stays on its proposal's page)."""
+    if to_state == RunState.FINISHED:
+        recipe_name = Run.objects.filter(pk=run_id).values_list("recipe_name", flat=True).first()
+        if recipe_name is not None:
+            board_rank_soon(recipe_name)
+
+
+@receiver(post_save, sender=BoardTrack, dispatch_uid="runs.board.track_saved")
+def on_board_track_saved(sender: Any, instance: BoardTrack, **kwargs: Any) -> None:
+    """A track added or edited (its rule, parameters, recipe) is ranked again."""
+    if instance.active and not kwargs.get("raw"):
+        nudge("runs.board_rank", track_id=instance.pk)

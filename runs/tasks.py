@@ -71,3 +71,18 @@ def tracker_import_task(*, import_id: int) -> str:
 @shared_task(name="runs.tracker_imports_resume", time_limit=3600, soft_time_limit=3500)
 def tracker_imports_resume_task() -> int:
     return tracker_uploads.tracker_imports_resume()
+
+
+@shared_task(name="runs.board_rank", time_limit=600, soft_time_limit=540)
+def board_rank_task(*, recipe_name: str | None = None, track_id: int | None = None) -> int:
+    """Rank the board's tracks that read ``recipe_name`` (one track by id; every track when
+    neither is given). Answers how many tracks were ranked."""
+    from runs.board.models import BoardTrack
+    from runs.board.rank import boards_rank_for, rank_asked_forget, track_rank
+
+    if recipe_name is not None:
+        rank_asked_forget(recipe_name)
+    if track_id is not None:
+        track = BoardTrack.objects.filter(pk=track_id, active=True).first()
+        return 0 if track is None else int(bool(track_rank(track)))
+    return len(boards_rank_for(recipe_name))

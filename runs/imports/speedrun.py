@@ -41,6 +41,7 @@ from django.db.models import Max
 from marin_site import importing, links
 from marin_site.doors import Door
 from marin_site.events import Verb
+from marin_site.nudges import nudge
 from marin_site.untrusted import untrusted_problem
 from runs.models import Plan, PlanEntry, Recipe, Run, RunEvent, RunOrigin, RunState
 from runs.specs.ablation import config_hash
@@ -352,6 +353,7 @@ def speedrun_import(
     except (ValueError, UnicodeDecodeError) as exc:
         report.refused("file", f"not JSON: {str(exc)[:200]}")
         return report
+    changed = False
     for place, result in _results(document, report.source):
         if isinstance(result, str):
             report.refused(place, result)
@@ -374,6 +376,9 @@ def speedrun_import(
             report.matched(where, f"would be {what}: track {run_track}, {figures}")
         else:
             report.matched(where, f"run {run.pk} {what}: track {run_track}, {figures}")
+            changed = True
+    if changed:  # the board's speedrun tracks read these runs (runs/board/rank.py)
+        nudge("runs.board_rank", recipe_name=RECIPE_NAME)
     return report
 
 

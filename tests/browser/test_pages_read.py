@@ -144,6 +144,8 @@ def _seed(settings: Any) -> dict[str, Any]:
         ("pool", "/pools/community-gpus/"),
         ("recipes", "/recipes/"),
         ("recipe", "/recipes/tiny-moe/v1/"),
+        ("board", "/board/?track=demo-tiny-moe-eval-loss"),
+        ("board-speedup", "/board/?track=demo-tiny-moe-speedup"),
     ]
     assert {State.DRAFT, State.SUBMITTED, State.APPROVED, State.REJECTED, State.CANCELED} <= {
         p.state for p in by_state.values()

@@ -19,6 +19,7 @@ from django.urls import resolve, reverse
 
 from marin_site import fragments, invalidation, pagecache
 from proposals.models import Comment, Proposal, State
+from runs.board.models import BoardTrack
 from runs.models import Campaign, Run
 
 pytestmark = pytest.mark.django_db
@@ -63,6 +64,14 @@ def _kept_page_urls() -> list[str]:
             urls.append(reverse("proposals:detail", args=[proposal.pk]))
             urls.append(reverse("proposal-detail", args=[proposal.pk]))
     urls += [reverse("campaigns:detail", args=[c.slug]) for c in Campaign.objects.all()]
+    # The board, every demo track (seed_demo ranks them).
+    for slug in BoardTrack.objects.filter(active=True).values_list("slug", flat=True):
+        urls += [
+            f"{reverse('board:board')}?track={slug}",
+            f"{reverse('board:chart')}?track={slug}",
+            f"{reverse('board-entries')}?track={slug}",
+        ]
+    urls.append(reverse("board-tracks"))
     return urls
 
 

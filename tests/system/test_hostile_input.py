@@ -232,6 +232,11 @@ def test_recipe_names_and_versions_that_would_break_urls_are_refused(
         "/api/v1/proposals/?q=state:approved",
         "/api/v1/runs/",
         "/api/v1/recipes/",
+        "/api/v1/board/",
+        "/api/v1/board/?track=nope&page=x",
+        "/api/v1/board/tracks/",
+        "/board/chart.json?track=nope",
+        "/board/feed/?track=nope",
     ],
 )
 @pytest.mark.parametrize("accept", ["text/html", "application/xml", "*/*", "text/csv"])

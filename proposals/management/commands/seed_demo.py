@@ -25,6 +25,7 @@ from marin_site.roles import ROLES
 from proposals import services
 from proposals.github.backfill import ACTOR_LABEL as BACKFILL_ACTOR
 from proposals.models import Event, Proposal, State
+from runs.board.demo import demo_board_seed
 from runs.campaigns.demo import demo_campaign_seed
 from runs.metrics import ingest
 from runs.metrics.parse import PointBatch
@@ -303,6 +304,12 @@ class Command(BaseCommand):
             self.stdout.write(f"Added {Proposal.objects.count()} demo proposals.")
         if demo_campaign_seed(actor=users["max"], recipe=recipes["marin-moe"]):
             self.stdout.write("Added a demo campaign: /campaigns/moe-535b-demo/")
+        board = demo_board_seed()
+        self.stdout.write(
+            "The board: "
+            + ", ".join(f"{r.track} ({r.entries} entries)" for r in board)
+            + " (/board/)"
+        )
         accounts = ", ".join(f"{user} ({role})" for user, role in DEMO_USERS)
         self.stdout.write(f"Demo accounts (password '{DEMO_PASSWORD}'): {accounts}")
 

@@ -142,3 +142,27 @@ def test_the_demo_has_a_gate_style_proposal_beside_the_ladder(settings: Any) -> 
     assert Proposal.objects.filter(
         ablation_spec__contains="scales: [small, medium, large]"
     ).exists()
+
+
+def test_the_demo_board_has_two_tracks_of_finished_runs(settings: Any, client: Any) -> None:
+    from runs.board.models import BoardEntry, BoardTrack
+
+    settings.DEBUG = True
+    out = StringIO()
+    call_command("seed_demo", stdout=out)
+    assert "/board/" in out.getvalue()
+    lowest = BoardTrack.objects.get(slug="demo-tiny-moe-eval-loss")
+    speedup = BoardTrack.objects.get(slug="demo-tiny-moe-speedup")
+    assert speedup.rule == "effective_speedup" and speedup.parameters["baseline_loss"] > 1.6
+    for track in (lowest, speedup):
+        entries = BoardEntry.objects.filter(track=track)
+        assert entries.count() >= 4
+        assert not entries.exclude(run__state="finished").exists()
+    # The baseline itself is at speedup 1; a variant that lowered the loss is above it.
+    scores = sorted(BoardEntry.objects.filter(track=speedup).values_list("score", flat=True))
+    assert scores[-1] > 1.0
+    page = client.get("/board/?track=demo-tiny-moe-speedup")
+    assert (
+        page.status_code == 200
+        and "effective speedup over the demo baseline" in page.content.decode()
+    )
