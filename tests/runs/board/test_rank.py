@@ -146,7 +146,7 @@ SPEEDRUN_RUNS_JSON = [
 
 
 def test_imported_speedruns_land_on_the_seeded_speedrun_track(
-    eager: None, django_capture_on_commit_callbacks: Any
+    eager: None, seeded_tracks: None, django_capture_on_commit_callbacks: Any
 ) -> None:
     seeded = BoardTrack.objects.get(slug="speedrun-c4-en-bpb")
     with django_capture_on_commit_callbacks(execute=True):

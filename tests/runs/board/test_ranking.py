@@ -116,7 +116,7 @@ def test_imported_speedrun_runs_under_marins_keys(recipe: Any) -> None:
     )
 
 
-def test_the_seeded_speedrun_track() -> None:
+def test_the_seeded_speedrun_track(seeded_tracks: None) -> None:
     seeded = BoardTrack.objects.get(slug="c4-en-bpb-1-3")
     assert seeded.rule == "speedrun_threshold" and seeded.parameters == {"threshold": 1.3}
     assert seeded.metric == "eval/paloma/c4_en/bpb"
