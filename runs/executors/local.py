@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import signal
 import subprocess
@@ -20,6 +21,8 @@ from pathlib import Path
 from django.conf import settings
 
 from runs.executors.base import JobSpec, JobState, JobStatus
+
+logger = logging.getLogger(__name__)
 
 CLAIM_GRACE_SECONDS = 15.0
 
@@ -75,6 +78,35 @@ def _status_from_signal(number: int, ended: dict[str, object]) -> JobStatus:
     return JobStatus(JobState.FAILED, "code", f"the job died of {name}")
 
 
+def _claim(workdir: Path) -> bool:
+    """Whether this submit may start the job: the first to create ``claim``, or the one that
+    takes over a claim its submitter abandoned (killed after claiming, before its supervisor
+    started: no ``supervisor.json`` and no ``exit.json`` after ``CLAIM_GRACE_SECONDS``).
+    Without the take-over, a worker killed in that moment left a run that never started
+    and was crashed as vanished. The take-over renames the old claim away, which only one
+    submit can do, then claims afresh."""
+    claim = workdir / "claim"
+    try:
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        return True
+    except FileExistsError:
+        pass
+    try:
+        age = time.time() - claim.stat().st_mtime
+    except FileNotFoundError:
+        return False  # another submit is taking it over right now
+    started = (workdir / "supervisor.json").exists() or (workdir / "exit.json").exists()
+    if started or age < CLAIM_GRACE_SECONDS:
+        return False
+    try:
+        claim.rename(workdir / f"claim.abandoned-{time.time_ns()}")
+        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except (FileNotFoundError, FileExistsError):
+        return False  # another submit took it over first
+    logger.warning("took over the claim of %s: its submitter died before starting it", workdir)
+    return True
+
+
 class LocalExecutor:
     name = "local"
 
@@ -89,11 +121,8 @@ class LocalExecutor:
     def submit(self, job: JobSpec) -> str:
         workdir = job.workdir.resolve()
         workdir.mkdir(parents=True, exist_ok=True)
-        try:
-            fd = os.open(workdir / "claim", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
+        if not _claim(workdir):
             return str(workdir)  # already submitted: one job per id
-        os.close(fd)
         for name, content in job.files.items():
             (workdir / name).write_text(content)
         env = {

@@ -6,11 +6,13 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from runs.executors import JobSpec, JobState
+from runs.executors import local as local_module
 from runs.executors.local import LocalExecutor
 from tests.runs.runs_helpers import wait_for
 
@@ -54,6 +56,24 @@ def test_submitting_twice_starts_one_job(tmp_path: Path) -> None:
     second = executor.submit(job(tmp_path, code))
     assert first == second
     wait_for(lambda: done(executor, first))
+    assert (tmp_path / "job" / "starts.txt").read_text() == "x"
+
+
+def test_a_claim_whose_submitter_died_before_starting_is_taken_over(tmp_path: Path) -> None:
+    """A worker killed after claiming a job and before starting it: the next submit (the
+    reconciler's) starts the job once the claim is older than its grace, never before."""
+    executor = LocalExecutor(grace_seconds=1)
+    code = "open('starts.txt', 'a').write('x')"
+    claim = tmp_path / "job" / "claim"
+    claim.parent.mkdir()
+    claim.touch()  # claimed just now, by a submit still at work: left alone
+    assert executor.submit(job(tmp_path, code)) == str((tmp_path / "job").resolve())
+    assert not (tmp_path / "job" / "supervisor.json").exists()
+    old = time.time() - local_module.CLAIM_GRACE_SECONDS - 1
+    os.utime(claim, (old, old))  # its submitter never started it, and died
+    external_id = executor.submit(job(tmp_path, code))
+    assert wait_for(lambda: done(executor, external_id)) == JobState.SUCCEEDED
+    assert executor.submit(job(tmp_path, code)) == external_id  # started: never twice
     assert (tmp_path / "job" / "starts.txt").read_text() == "x"
 
 
