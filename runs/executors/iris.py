@@ -307,8 +307,13 @@ class IrisExecutor:
                 "PYTHONPATH",
                 "." if job.code_dir is not None else f".{os.pathsep}{settings.BASE_DIR}",
             )
-            # The folder goes inside the code: Iris rewrites an argument under /tmp/.
-            argv = [sys.executable, "-c", CHDIR_LAUNCHER % str(workdir), *argv]
+            # Iris's process runtime rewrites every argument that starts with /tmp/ (its
+            # tasks' /tmp is a folder of their own): a site checked out under /tmp would not
+            # find its own Python. So the launcher is the base interpreter by its real path
+            # (it needs the standard library only) and the folder and the command go inside
+            # its code, where nothing is rewritten.
+            launcher = os.path.realpath(getattr(sys, "_base_executable", "") or sys.executable)
+            argv = [launcher, "-c", CHDIR_LAUNCHER % (str(workdir), json.dumps(argv))]
         command = [
             *self.command,
             "--controller-url",
@@ -433,8 +438,9 @@ FILES_WRITER = (
 )
 
 
-# Runs in the site's Python on a local controller's machine: chdir, then become the job.
-CHDIR_LAUNCHER = "import os, sys; os.chdir(%r); os.execvp(sys.argv[1], sys.argv[1:])"
+# Runs in the site's Python on a local controller's machine: chdir, then become the job
+# (its argument list given as JSON inside the code, never as arguments Iris could rewrite).
+CHDIR_LAUNCHER = "import json, os; os.chdir(%r); a = json.loads(%r); os.execvp(a[0], a)"
 
 
 def _which(program: str) -> str:
