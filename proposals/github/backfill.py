@@ -73,6 +73,22 @@ PHASES = ("issues", "comments", "reconcile", "done")
 ACTOR_LABEL = "github_backfill"
 
 
+def imported_event_record(*, proposal: Proposal, issue_number: int, parent: int | None) -> None:
+    """The timeline's first row of an imported issue: where it came from, and that nothing
+    is written to GitHub until a maintainer adopts it."""
+    Event.build(
+        proposal=proposal,
+        actor=None,
+        actor_label=ACTOR_LABEL,
+        verb=Verb.IMPORTED,
+        door=Door.SYSTEM,
+        to_state=State.IMPORTED,
+        message=f"Imported from GitHub issue #{issue_number}"
+        + (f", a sub-issue of #{parent}" if parent else "")
+        + "; nothing is written to GitHub until a maintainer adopts it.",
+    ).save(force_insert=True)
+
+
 class BackfillStopped(Exception):
     """The run stopped before the end (``--limit``, or GitHub kept failing): its
     checkpoint is stored and the next run continues from it."""
@@ -396,17 +412,7 @@ class Backfill:
             # transaction, already made the proposal's pages stale.
             Proposal.objects.filter(pk=proposal.pk).update(created_at=proposal.github_created_at)
         if created:
-            Event.build(
-                proposal=proposal,
-                actor=None,
-                actor_label=ACTOR_LABEL,
-                verb=Verb.IMPORTED,
-                door=Door.SYSTEM,
-                to_state=State.IMPORTED,
-                message=f"Imported from GitHub issue #{number}"
-                + (f", a sub-issue of #{parent}" if parent else "")
-                + "; nothing is written to GitHub until a maintainer adopts it.",
-            ).save(force_insert=True)
+            imported_event_record(proposal=proposal, issue_number=number, parent=parent)
         return "created" if created else "updated"
 
     # Phase 2: the repository's comments.

@@ -20,11 +20,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
 from marin_site.doors import Door
-from marin_site.events import Verb
 from marin_site.roles import ROLES
 from proposals import services
-from proposals.github.backfill import ACTOR_LABEL as BACKFILL_ACTOR
-from proposals.models import Event, Proposal, State
+from proposals.github.backfill import imported_event_record
+from proposals.models import Proposal, State
 from runs.board.demo import demo_board_seed
 from runs.campaigns.demo import demo_campaign_seed
 from runs.metrics import ingest
@@ -381,16 +380,7 @@ def _as_imported(proposal: Proposal, *, issue_number: int) -> None:
     Proposal.objects.filter(pk=proposal.pk).update(
         state=State.IMPORTED, github_issue_number=issue_number
     )
-    Event.build(
-        proposal=proposal,
-        actor=None,
-        actor_label=BACKFILL_ACTOR,
-        verb=Verb.IMPORTED,
-        door=Door.SYSTEM,
-        to_state=State.IMPORTED,
-        message=f"Imported from GitHub issue #{issue_number} (the demo's); nothing is written "
-        "to GitHub until a maintainer adopts it.",
-    ).save(force_insert=True)
+    imported_event_record(proposal=proposal, issue_number=issue_number, parent=None)
 
 
 def _eval_loss(run: Run, recipe: str, made_up: dict[str, Any]) -> float:
