@@ -155,10 +155,10 @@ def _jobs_report_to_the_test_s_site(settings: Any, tmp_path_factory: Any) -> Non
 
 @pytest.fixture(autouse=True)
 def _quiet_before_flush(request: pytest.FixtureRequest, tmp_path_factory: Any) -> Iterator[None]:
-    """A transactional test ends with a flush (one TRUNCATE of every table). Anything still
-    talking to the database then (a job of the test posting through the live server, a
-    request the browser's poll started) can deadlock with it, and PostgreSQL aborts the
-    flush. So before it: stop the local jobs the test left behind, and wait for the other
+    """A transactional test ends with a flush (a DELETE of every table on PostgreSQL,
+    tests/postgresql/base.py). Anything still talking to the database then (a job of the test
+    posting through the live server, a request the browser's poll started) can deadlock with
+    it or write a row after it, and PostgreSQL aborts the flush or the next test finds the row. So before it: stop the local jobs the test left behind, and wait for the other
     connections to the test database to go idle. Set up after pytest-django's database
     fixture (a conftest autouse comes after a plugin's), so torn down before it."""
     yield

@@ -1,6 +1,8 @@
-"""Schema-driven fuzzing of the whole API (schemathesis over drf-spectacular's schema), as a
-visitor and as a maintainer: no operation answers 5xx, and every answer's status, content
-type, headers and body are the ones the schema documents.
+"""Schema-driven fuzzing of the whole API (schemathesis over drf-spectacular's schema), shared
+by its two test files, one per identity (``test_api_fuzz_visitor.py``,
+``test_api_fuzz_maintainer.py``: two files, so the suite's two processes take one each): no
+operation answers 5xx, and every answer's status, content type, headers and body are the ones
+the schema documents.
 
 Positive-data acceptance is left out on purpose: the schema cannot say which ids exist, so
 a well-formed request for proposal 0 is rightly refused (404, or 400 for a filter).
@@ -15,21 +17,19 @@ from typing import Any
 
 import pytest
 import schemathesis
-from django.contrib.auth.models import User
 from django.core.signals import request_finished, request_started
 from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
-from rest_framework.authtoken.models import Token
 from schemathesis import checks, openapi
 
-from tests.factories import ProposalFactory, UserFactory
+from tests.factories import ProposalFactory
 
 TALLY: Counter[str] = Counter()  # requests and answers by status class, for SECURITY.md
 
 
 @pytest.fixture(scope="module", autouse=True)
-def _report_the_tally() -> Iterator[None]:
+def report_the_tally() -> Iterator[None]:
     yield
     classes = ", ".join(f"{k}: {v}" for k, v in sorted(TALLY.items()))
     sys.stdout.write(f"\nAPI fuzz: {sum(TALLY.values())} requests ({classes})\n")
@@ -67,11 +67,9 @@ CHECKS = [
 ]
 EXAMPLES = 6  # per operation and identity; the suite's budget, not a ceiling of the tool
 
-pytestmark = pytest.mark.django_db
-
 
 @pytest.fixture(autouse=True)
-def _requests_keep_the_test_connection() -> Iterator[None]:
+def requests_keep_the_test_connection() -> Iterator[None]:
     """The WSGI app closes the database connection after each request, as in production;
     Django's own test client disconnects the same receivers for the same reason."""
     request_started.disconnect(close_old_connections)
@@ -88,33 +86,14 @@ def some_data(recipe: Any) -> None:
     ProposalFactory.create(recipe=recipe)
 
 
-def _fuzz(case: schemathesis.Case, headers: dict[str, str] | None = None) -> None:
+def fuzz(case: schemathesis.Case, headers: dict[str, str] | None = None) -> None:
     case.call_and_validate(headers=headers or {}, checks=CHECKS)
 
 
-@schema.parametrize()
-@settings(
+# The generation settings of both identities' tests: the same cases in every run.
+fuzz_settings = settings(
     max_examples=EXAMPLES,
     deadline=None,
     suppress_health_check=list(HealthCheck),
     derandomize=True,
 )
-def test_no_operation_fails_or_lies_for_a_visitor(case: schemathesis.Case, some_data: None) -> None:
-    _fuzz(case)
-
-
-@schema.parametrize()
-@settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    suppress_health_check=list(HealthCheck),
-    derandomize=True,
-)
-def test_no_operation_fails_or_lies_for_a_maintainer(
-    case: schemathesis.Case, some_data: None
-) -> None:
-    maintainer = User.objects.filter(username="fuzz-max").first() or UserFactory.create(
-        username="fuzz-max", roles=["maintainer"]
-    )
-    token, _ = Token.objects.get_or_create(user=maintainer)
-    _fuzz(case, {"Authorization": f"Token {token.key}"})
