@@ -82,29 +82,36 @@ def _claim(workdir: Path) -> bool:
     """Whether this submit may start the job: the first to create ``claim``, or the one that
     takes over a claim its submitter abandoned (killed after claiming, before its supervisor
     started: no ``supervisor.json`` and no ``exit.json`` after ``CLAIM_GRACE_SECONDS``).
-    Without the take-over, a worker killed in that moment left a run that never started
-    and was crashed as vanished. The take-over renames the old claim away, which only one
-    submit can do, then claims afresh."""
+
+    A submit that finds a younger claim with nothing started waits for the other submit to
+    start the job, or for the claim to be abandoned: it returns only once the job is started
+    or its own to start, so the run it is for is never given the id of a job that will never
+    run (a worker killed in that moment left a run polled as pending, then crashed as
+    vanished). The take-over renames the old claim away, which only one submit can do, then
+    claims afresh."""
     claim = workdir / "claim"
-    try:
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    while True:
+        try:
+            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+            return True
+        except FileExistsError:
+            pass
+        try:
+            age = time.time() - claim.stat().st_mtime
+        except FileNotFoundError:
+            continue  # another submit is taking it over right now: look again
+        if (workdir / "supervisor.json").exists() or (workdir / "exit.json").exists():
+            return False  # started by the submit that claimed it
+        if age < CLAIM_GRACE_SECONDS:
+            time.sleep(0.1)  # that submit is starting it (a second or so), or died
+            continue
+        try:
+            claim.rename(workdir / f"claim.abandoned-{time.time_ns()}")
+            os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+        except (FileNotFoundError, FileExistsError):
+            continue  # another submit took it over first: it is theirs to start
+        logger.warning("took over the claim of %s: its submitter died before starting it", workdir)
         return True
-    except FileExistsError:
-        pass
-    try:
-        age = time.time() - claim.stat().st_mtime
-    except FileNotFoundError:
-        return False  # another submit is taking it over right now
-    started = (workdir / "supervisor.json").exists() or (workdir / "exit.json").exists()
-    if started or age < CLAIM_GRACE_SECONDS:
-        return False
-    try:
-        claim.rename(workdir / f"claim.abandoned-{time.time_ns()}")
-        os.close(os.open(claim, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
-    except (FileNotFoundError, FileExistsError):
-        return False  # another submit took it over first
-    logger.warning("took over the claim of %s: its submitter died before starting it", workdir)
-    return True
 
 
 class LocalExecutor:

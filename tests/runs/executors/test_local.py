@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -59,22 +60,49 @@ def test_submitting_twice_starts_one_job(tmp_path: Path) -> None:
     assert (tmp_path / "job" / "starts.txt").read_text() == "x"
 
 
-def test_a_claim_whose_submitter_died_before_starting_is_taken_over(tmp_path: Path) -> None:
+def test_a_claim_whose_submitter_died_before_starting_is_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A worker killed after claiming a job and before starting it: the next submit (the
-    reconciler's) starts the job once the claim is older than its grace, never before."""
+    reconciler's) waits out the claim's grace, then starts the job, once; it never returns
+    the id of a job nobody will start."""
+    monkeypatch.setattr(local_module, "CLAIM_GRACE_SECONDS", 1.0)
     executor = LocalExecutor(grace_seconds=1)
     code = "open('starts.txt', 'a').write('x')"
     claim = tmp_path / "job" / "claim"
     claim.parent.mkdir()
-    claim.touch()  # claimed just now, by a submit still at work: left alone
-    assert executor.submit(job(tmp_path, code)) == str((tmp_path / "job").resolve())
-    assert not (tmp_path / "job" / "supervisor.json").exists()
-    old = time.time() - local_module.CLAIM_GRACE_SECONDS - 1
-    os.utime(claim, (old, old))  # its submitter never started it, and died
+    claim.touch()  # claimed just now by a submit that then died
+    started = time.monotonic()
     external_id = executor.submit(job(tmp_path, code))
+    assert time.monotonic() - started >= 0.9  # not before the grace
     assert wait_for(lambda: done(executor, external_id)) == JobState.SUCCEEDED
     assert executor.submit(job(tmp_path, code)) == external_id  # started: never twice
     assert (tmp_path / "job" / "starts.txt").read_text() == "x"
+
+
+def test_a_submit_waits_for_the_claim_s_submitter_to_start_the_job(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two submits at once: the second finds the first's claim and returns once the first
+    has started the job (its supervisor recorded), starting nothing itself."""
+    monkeypatch.setattr(local_module, "CLAIM_GRACE_SECONDS", 30.0)
+    workdir = tmp_path / "job"
+    workdir.mkdir()
+    (workdir / "claim").touch()
+    timer = threading.Timer(
+        0.5, lambda: (workdir / "supervisor.json").write_text(json.dumps({"pid": os.getpid()}))
+    )
+    timer.start()
+    started = time.monotonic()
+    external_id = LocalExecutor(grace_seconds=1).submit(
+        job(tmp_path, "open('starts.txt', 'a').write('x')")
+    )
+    waited = time.monotonic() - started
+    timer.join()
+    assert external_id == str(workdir.resolve())
+    assert 0.4 <= waited < 5
+    assert not (workdir / "starts.txt").exists()
+    assert not list(workdir.glob("claim.abandoned-*"))
 
 
 @pytest.mark.parametrize(
