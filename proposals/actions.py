@@ -165,6 +165,14 @@ ACTIONS: dict[str, Action] = {
             "record the outcome",
         ),
         Action(
+            "dry_run",
+            "Start a dry run",
+            perms.DRY_RUN,
+            frozenset({State.SUBMITTED, State.CHANGES_REQUESTED}),
+            "start a dry run",
+            "start a dry run of this proposal",
+        ),
+        Action(
             "rerun",
             "Rerun a run",
             run_perms.RERUN_RUN,
@@ -175,7 +183,7 @@ ACTIONS: dict[str, Action] = {
     )
 }
 # The actions the proposal page offers as buttons in its actions panel, in this order.
-BUTTON_ACTIONS = (*TRANSITIONS, "hold", "unhold")
+BUTTON_ACTIONS = (*TRANSITIONS, "hold", "unhold", "dry_run")
 
 
 class AlreadyDone(DomainError):
