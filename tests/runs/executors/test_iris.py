@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 import uuid
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -805,3 +806,30 @@ def test_the_run_s_time_limit_is_the_iris_job_s_timeout(
     status = iris.poll(external_id)
     assert status.failure_kind == "timeout", status.message
     assert status.message.startswith("the time limit was reached")
+
+
+@pytest.mark.django_db
+def test_the_reconciler_leaves_an_iris_job_s_time_limit_to_iris(
+    iris: IrisExecutor,
+    recipe: Any,
+    settings: Any,
+    tmp_path: Path,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Iris counts the limit from the task's start (a job may wait long for its TPU): the
+    reconciler, which fails a Ray run that outlived its limit since its submit, leaves an
+    Iris run running however long ago it was submitted."""
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    plan = launched_plan(recipe, "", executor="iris")
+    PlanLaunch.objects.filter(plan=plan).update(
+        command_template='{python} -c "import time; time.sleep(600)"'
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatch.runs_dispatch()
+    run = Run.objects.get(plan=plan)
+    wait_for(lambda: iris.poll(run.external_id).state == JobState.RUNNING, timeout=120)
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now() - timedelta(days=2))
+    reconcile.run_reconcile(run_id=run.pk)
+    assert Run.objects.get(pk=run.pk).state == RunState.RUNNING
+    assert iris.poll(run.external_id).state == JobState.RUNNING
+    iris.cancel(run.external_id)
