@@ -833,3 +833,52 @@ def test_the_reconciler_leaves_an_iris_job_s_time_limit_to_iris(
     assert Run.objects.get(pk=run.pk).state == RunState.RUNNING
     assert iris.poll(run.external_id).state == JobState.RUNNING
     iris.cancel(run.external_id)
+
+
+def test_an_idle_submitter_exits_and_the_next_submit_starts_another(
+    iris: IrisExecutor, tmp_path: Path, settings: Any
+) -> None:
+    settings.RUNS_IRIS_SUBMITTER_IDLE_SECONDS = 1
+    iris_process.submitters_stop()  # the next one starts with that idle time
+    try:
+        iris.submit(job(tmp_path, "idle-1", "print(1)"))
+        submitter = iris_process.submitter_for(
+            iris_process.submitter_python(iris.command), iris._environ(None)
+        )
+        first = submitter.process
+        assert first is not None
+        wait_for(lambda: first.poll() is not None, timeout=60)
+        assert first.returncode == 0  # it left by itself, idle
+        second_id = iris.submit(job(tmp_path, "idle-2", "print(2)"))
+        assert submitter.process is not None and submitter.process.pid != first.pid
+        assert wait_for(lambda: ended(iris, second_id), timeout=120) == JobState.SUCCEEDED
+    finally:
+        iris_process.submitters_stop()  # not left with a second's idle time for the others
+
+
+def test_a_submitter_that_does_not_answer_in_time_is_killed_and_no_job_is_doubled(
+    iris: IrisExecutor, tmp_path: Path, settings: Any
+) -> None:
+    iris.warm()
+    submitter = iris_process.submitter_for(
+        iris_process.submitter_python(iris.command), iris._environ(None)
+    )
+    assert submitter.process is not None
+    late = submitter.process
+    iris.submit(job(tmp_path, "ready", "print(0)"))  # started and answering
+    spec = job(tmp_path, "late", "print('late')")
+    settings.RUNS_IRIS_SUBMIT_TIMEOUT = 0.01  # shorter than any submit
+    try:
+        outcome = iris.submit(spec)  # Iris may or may not have taken it: either way, said
+    except ExecutorError as exc:
+        outcome = str(exc)
+    assert outcome.startswith("/") or "took over 0.01 s" in outcome, outcome
+    assert late.poll() is not None  # the submitter that did not answer was killed
+    settings.RUNS_IRIS_SUBMIT_TIMEOUT = 120
+    cache.delete(iris_module.BACKOFF_KEY)
+    external_id = iris.submit(spec)  # found by its name if Iris took it, else submitted: once
+    answer = iris._rpc("ListJobs", {"query": {"name_filter": iris.job_name(spec)}})
+    assert [j["jobId"] for j in answer["jobs"]] == [external_id]
+    assert wait_for(lambda: ended(iris, external_id), timeout=120) == JobState.SUCCEEDED
+    iris.submit(job(tmp_path, "after", "print('after')"))  # a new submitter takes it
+    assert submitter.process is not None and submitter.process.pid != late.pid
