@@ -6,7 +6,11 @@ Jobs are submitted with the ``iris`` command of an environment of its own
 ``iris --controller-url URL job run --no-wait --no-sync --job-name NAME [resources] -e NAME
 VALUE ... -- CMD...``, run in the job's working folder, which Iris bundles: the job's files
 and, when the launch pinned a commit, a copy of that commit's clean checkout
-(``runs/executors/code.py``), so the job runs the pinned code. The controller is
+(``runs/executors/code.py``), so the job runs the pinned code. A worker does not start
+that command for each submit (seconds of CPU importing Iris): its long-lived submitter,
+run by Iris's own Python, runs the same command line in-process (``iris_process``;
+``RUNS_IRIS_SUBMITTER=command`` starts the command instead). The run's time limit is the
+job's ``--timeout``. The controller is
 read through the same RPCs ``iris rpc controller get-job-status`` / ``list-jobs`` /
 ``terminate-job`` call, in Connect's JSON over HTTP (a fraction of a second where the
 command takes seconds to start).
