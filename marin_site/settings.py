@@ -330,6 +330,12 @@ RUNS_IRIS_SUBMIT_TIMEOUT = float(os.environ.get("RUNS_IRIS_SUBMIT_TIMEOUT", "120
 RUNS_IRIS_LOGS_TIMEOUT = float(os.environ.get("RUNS_IRIS_LOGS_TIMEOUT", "10"))
 RUNS_IRIS_BACKOFF_SECONDS = float(os.environ.get("RUNS_IRIS_BACKOFF_SECONDS", "15"))
 RUNS_IRIS_BACKOFF_MAX_SECONDS = float(os.environ.get("RUNS_IRIS_BACKOFF_MAX_SECONDS", "600"))
+# Submits go to a long-lived submitter per worker (runs/executors/iris_process.py), run by the
+# Python of Iris's environment (unset: the one beside RUNS_IRIS_COMMAND); `command`: one
+# `iris job run` process per submit.
+RUNS_IRIS_SUBMITTER = os.environ.get("RUNS_IRIS_SUBMITTER", "process")
+RUNS_IRIS_PYTHON = os.environ.get("RUNS_IRIS_PYTHON", "")
+RUNS_IRIS_SUBMITTER_IDLE_SECONDS = float(os.environ.get("RUNS_IRIS_SUBMITTER_IDLE_SECONDS", "900"))
 # tracker_metrics.jsonl uploads (runs/trackers/jsonl.py): streamed, never held in memory.
 RUNS_TRACKER_IMPORT_MAX_BYTES = int(
     os.environ.get("RUNS_TRACKER_IMPORT_MAX_BYTES", str(1024 * 1024 * 1024))

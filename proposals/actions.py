@@ -165,6 +165,14 @@ ACTIONS: dict[str, Action] = {
             "record the outcome",
         ),
         Action(
+            "dry_run",
+            "Start a dry run",
+            perms.DRY_RUN,
+            frozenset({State.SUBMITTED, State.CHANGES_REQUESTED}),
+            "start a dry run",
+            "start a dry run of this proposal",
+        ),
+        Action(
             "rerun",
             "Rerun a run",
             run_perms.RERUN_RUN,
@@ -175,7 +183,7 @@ ACTIONS: dict[str, Action] = {
     )
 }
 # The actions the proposal page offers as buttons in its actions panel, in this order.
-BUTTON_ACTIONS = (*TRANSITIONS, "hold", "unhold")
+BUTTON_ACTIONS = (*TRANSITIONS, "hold", "unhold", "dry_run")
 
 
 class AlreadyDone(DomainError):
@@ -256,7 +264,14 @@ _NOT_THEIRS_MAX = 4096
 
 
 def allowed_action_names(
-    user: Any, *, pk: int, state: str, on_hold: bool, plan_id: int | None, author_id: int
+    user: Any,
+    *,
+    pk: int,
+    state: str,
+    on_hold: bool,
+    plan_id: int | None,
+    author_id: int,
+    recipe_id: int | None = None,
 ) -> list[str]:
     """The names of ``allowed_actions`` of the proposal with these fields (the API list keeps
     the fields of each row, not the row); for a proposal the user did not write, asked once
@@ -264,7 +279,13 @@ def allowed_action_names(
 
     def ask() -> list[str]:
         proposal = Proposal(
-            pk=pk, state=state, on_hold=on_hold, plan_id=plan_id, author_id=author_id
+            pk=pk,
+            state=state,
+            on_hold=on_hold,
+            plan_id=plan_id,
+            author_id=author_id,
+            # where its author may start a dry run (unknown: the rule reads it)
+            **({"recipe_id": recipe_id} if recipe_id is not None else {}),
         )
         return [action.name for action in allowed_actions(proposal, user)]
 

@@ -30,6 +30,7 @@ VIEW_REVIEW_QUEUE = "proposals.view_review_queue"
 HOLD = "proposals.hold_proposal"
 MANAGE_GITHUB_SYNC = "proposals.manage_github_sync"
 ADOPT = "proposals.adopt_proposal"
+DRY_RUN = "proposals.dry_run_proposal"
 
 
 @rules.predicate
@@ -39,6 +40,22 @@ def is_author(user: Any, proposal: Any) -> bool:
         and getattr(user, "is_authenticated", False)
         and proposal.author_id == user.pk
     )
+
+
+@rules.predicate
+def runs_on_a_pool_open_to_author_dry_runs(user: Any, proposal: Any) -> bool:
+    """Its recipe runs on a pool that lets authors start dry runs (``Pool.author_dry_runs``)."""
+    if proposal is None:
+        return False
+    from proposals.models import Proposal
+    from runs.selectors import recipe_author_dry_runs_allowed
+
+    recipe_id = proposal.recipe_id
+    if recipe_id is None and proposal.pk is not None:  # a list's stand-in of the row
+        recipe_id = (
+            Proposal.objects.filter(pk=proposal.pk).values_list("recipe_id", flat=True).first()
+        )
+    return recipe_author_dry_runs_allowed(recipe_id=recipe_id)
 
 
 rules.add_perm(VIEW, rules.always_allow)
@@ -57,6 +74,10 @@ rules.add_perm(VIEW_REVIEW_QUEUE, is_reviewer)
 rules.add_perm(HOLD, is_maintainer)
 rules.add_perm(MANAGE_GITHUB_SYNC, is_maintainer)
 rules.add_perm(ADOPT, is_maintainer)
+# A dry run before approval: a maintainer's, or the author's on a pool that allows it.
+rules.add_perm(
+    DRY_RUN, is_maintainer | (is_contributor & is_author & runs_on_a_pool_open_to_author_dry_runs)
+)
 
 # The admin asks Django's permission names (marin_site/admin.py): maintainers open it for the
 # GitHub sync they manage (the outbox, whose failed writes they retry, and the deliveries).

@@ -199,7 +199,10 @@ def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
     if missing:
         for obj in selectors.proposal_list().filter(pk__in=missing):
             shared = dict(SharedProposalSerializer(obj).data)
-            fragments.put(f"proposal-api:{obj.pk}", {"data": shared, "author_id": obj.author_id})
+            fragments.put(
+                f"proposal-api:{obj.pk}",
+                {"data": shared, "author_id": obj.author_id, "recipe_id": obj.recipe_id},
+            )
     api_url = pk_url("proposal-detail", request)
     html_url = pk_url("proposals:detail", request)
     user = getattr(request, "user", None)
@@ -218,6 +221,7 @@ def proposal_list_data(*, pks: list[int], request: Any) -> list[dict[str, Any]]:
                 on_hold=shared["on_hold"],
                 plan_id=shared["plan_id"],
                 author_id=entry["author_id"],
+                recipe_id=entry.get("recipe_id"),
             )
             if user is not None
             else []

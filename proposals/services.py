@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from marin_site.doors import Door
-from marin_site.errors import DomainError, TransitionNotAllowed
+from marin_site.errors import DomainError
 from marin_site.events import Verb, verb_label
 from marin_site.roles import permission_require
 from proposals import permissions as perms
@@ -393,15 +393,10 @@ def dry_run_subject(proposal: Proposal) -> str:
 
 def proposal_dry_run(*, proposal_id: int, actor: Actor | None, door: str = Door.WEB) -> DryRun:
     """Start the recipe script's dry run of the plan approval would launch (its baseline
-    run's config), as a CPU job; a maintainer's action (the approve permission)."""
+    run's config), as a CPU job: a maintainer's action, or the author's when the recipe runs
+    on a pool that allows it (the ``dry_run`` action: ``proposals.permissions.DRY_RUN``)."""
     proposal = Proposal.objects.select_related("recipe").get(pk=proposal_id)
-    permission_require(actor, perms.APPROVE, proposal, "start a dry run")
-    if proposal.state not in (State.SUBMITTED, State.CHANGES_REQUESTED):
-        raise TransitionNotAllowed(
-            action="start a dry run",
-            current=proposal.state,
-            allowed=[State.SUBMITTED, State.CHANGES_REQUESTED],
-        )
+    action_require(proposal=proposal, actor=actor, name="dry_run")
     plan = proposal_plan(proposal=proposal)
     config = plan.points[0].config if plan.points else dict(proposal.recipe.default_config)
     with transaction.atomic():

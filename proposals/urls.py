@@ -15,6 +15,7 @@ urlpatterns = [
     path(
         "proposals/<int:pk>/transition/<str:action>/", views.proposal_transition, name="transition"
     ),
+    path("proposals/<int:pk>/dry-run/", views.proposal_dry_run, name="dry-run"),
     path("proposals/<int:pk>/hold/", views.proposal_hold, {"hold": True}, name="hold"),
     path("proposals/<int:pk>/unhold/", views.proposal_hold, {"hold": False}, name="unhold"),
     path("proposals/<int:pk>/review/", views.review_submit, name="review"),

@@ -289,6 +289,25 @@ def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpRespo
 
 @require_POST
 @login_required
+def proposal_dry_run(request: HttpRequest, pk: int) -> HttpResponse:
+    """Start the recipe script's dry run (the ``dry_run`` action: a maintainer, or the
+    author on a pool that allows it); its state shows under "Dry runs"."""
+    proposal = get_object_or_404(Proposal, pk=pk)
+    forbidden = _permission_first(request, proposal, "dry_run")
+    if forbidden:
+        return forbidden
+    try:
+        dry_run = services.proposal_dry_run(
+            proposal_id=proposal.pk, actor=request.user, door=Door.WEB
+        )
+    except (DomainError, ValidationError) as exc:
+        return refusal(request, exc)
+    messages.success(request, f"Dry run {dry_run.pk} started.")
+    return redirect("proposals:detail", pk=pk)
+
+
+@require_POST
+@login_required
 def proposal_hold(request: HttpRequest, pk: int, hold: bool) -> HttpResponse:
     """Hold a proposal (approval waits) or release the hold: a maintainer's flag, not a state."""
     proposal = get_object_or_404(Proposal, pk=pk)

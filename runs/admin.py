@@ -201,7 +201,14 @@ class RunArtifactAdmin(admin.ModelAdmin):
 
 @admin.register(Pool)
 class PoolAdmin(admin.ModelAdmin):
-    list_display = ["name", "owner", "max_concurrent_runs", "created_at", "retired_at"]
+    list_display = [
+        "name",
+        "owner",
+        "max_concurrent_runs",
+        "author_dry_runs",
+        "created_at",
+        "retired_at",
+    ]
     raw_id_fields = ["owner", "created_by"]
 
 

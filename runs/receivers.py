@@ -7,8 +7,11 @@ makes stale in the caches is not here: it is the app's table in ``invalidation.p
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from celery.signals import worker_process_init
+from django.conf import settings
 from django.db.models.signals import post_delete, post_save
 from django.dispatch import receiver
 
@@ -17,9 +20,12 @@ from runs.alerts.models import AlertRule
 from runs.alerts.receivers import alert_rules_forget, alerts_close_with_run
 from runs.board.models import BoardTrack
 from runs.board.rank import board_rank_soon
+from runs.executors import ExecutorError
 from runs.models import TERMINAL_RUN_STATES, Recipe, Run, RunState
 from runs.series.rollup import series_refresh_now
 from runs.signals import run_state_changed
+
+logger = logging.getLogger(__name__)
 
 
 @receiver(run_state_changed, dispatch_uid="runs.refresh_ended_run")
@@ -61,3 +67,16 @@ def on_board_track_saved(sender: Any, instance: BoardTrack, **kwargs: Any) -> No
     """A track added or edited (its rule, parameters, recipe) is ranked again."""
     if instance.active and not kwargs.get("raw"):
         nudge("runs.board_rank", track_id=instance.pk)
+
+
+@receiver(worker_process_init, dispatch_uid="runs.iris.submitter_warm")
+def on_worker_process_start_warm_iris(**kwargs: Any) -> None:
+    """A worker process that may submit to Iris starts its submitter now, so its first
+    submit does not wait seconds for Iris to be imported (runs/executors/iris_process.py)."""
+    if settings.RUNS_IRIS_CONTROLLER_URL and settings.RUNS_IRIS_SUBMITTER == "process":
+        from runs.executors.iris import IrisExecutor
+
+        try:
+            IrisExecutor().warm()
+        except ExecutorError as exc:  # its first submit tries again, saying why
+            logger.warning("the Iris submitter did not start: %s", exc)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,3 +70,29 @@ class Executor(Protocol):
         ...
 
     def logs(self, external_id: str, *, tail_bytes: int = 65536) -> str: ...
+
+
+# The job's first step when files holding secrets come as a variable (a scheduler that ships
+# the job's folder must not ship them): write them (mode 0600), then become the job, the
+# variable gone from its environment.
+FILES_VARIABLE = "RUNS_JOB_FILES"
+FILES_WRITER = (
+    "import json, os, sys\n"
+    "for name, text in json.loads(os.environ.pop(%r, '{}')).items():\n"
+    "    fd = os.open(name, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)\n"
+    "    os.write(fd, text.encode()); os.close(fd)\n"
+    "os.execvp(sys.argv[1], sys.argv[1:])"
+)
+
+
+def secret_files_step(job: JobSpec, *, python: str) -> tuple[dict[str, str], list[str]]:
+    """The variable that carries ``job``'s secret files and the argument list that writes
+    them before it runs the job's own (``python``: an interpreter where the job runs);
+    ``({}, job.argv)`` when it has none."""
+    hidden = {name: text for name, text in job.files.items() if name in job.secret_files}
+    if not hidden:
+        return {}, list(job.argv)
+    return (
+        {FILES_VARIABLE: json.dumps(hidden)},
+        [python, "-c", FILES_WRITER % FILES_VARIABLE, *job.argv],
+    )

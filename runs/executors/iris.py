@@ -6,7 +6,11 @@ Jobs are submitted with the ``iris`` command of an environment of its own
 ``iris --controller-url URL job run --no-wait --no-sync --job-name NAME [resources] -e NAME
 VALUE ... -- CMD...``, run in the job's working folder, which Iris bundles: the job's files
 and, when the launch pinned a commit, a copy of that commit's clean checkout
-(``runs/executors/code.py``), so the job runs the pinned code. The controller is
+(``runs/executors/code.py``), so the job runs the pinned code. A worker does not start
+that command for each submit (seconds of CPU importing Iris): its long-lived submitter,
+run by Iris's own Python, runs the same command line in-process (``iris_process``;
+``RUNS_IRIS_SUBMITTER=command`` starts the command instead). The run's time limit is the
+job's ``--timeout``. The controller is
 read through the same RPCs ``iris rpc controller get-job-status`` / ``list-jobs`` /
 ``terminate-job`` call, in Connect's JSON over HTTP (a fraction of a second where the
 command takes seconds to start).
@@ -43,15 +47,21 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 
-from runs.executors.base import ExecutorError, JobSpec, JobState, JobStatus
+from runs.executors.base import (
+    ExecutorError,
+    JobSpec,
+    JobState,
+    JobStatus,
+    secret_files_step,
+)
 from runs.executors.code import checkout_copy
+from runs.executors.iris_process import Answer, submitter_for, submitter_python
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +71,7 @@ ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 JOB_NAME = re.compile(r"[^A-Za-z0-9._-]+")
 EXIT_CODE = re.compile(r"exit code:?\s*(-?\d+)", re.IGNORECASE)
 OUT_OF_MEMORY = re.compile(r"out of memory|outofmemory|oom[ -]?kill|\boom\b", re.IGNORECASE)
+TIMED_OUT = re.compile(r"timeout exceeded|timed out", re.IGNORECASE)
 BACKOFF_KEY = "runs:iris:backoff"
 ENV_FILE = ".marin.yaml"
 ANSWER_MAX_BYTES = 8 * 1024 * 1024
@@ -109,18 +120,13 @@ def iris_status(job: dict[str, Any]) -> JobStatus:
     if state != "JOB_STATE_FAILED":
         return JobStatus(JobState.MISSING, message=f"Iris reports an unknown state {state[:40]}")
     message = f"Iris: {error}" if error else f"exit code {exit_code}"
+    if TIMED_OUT.search(error):  # the job's timeout: the run's time limit (--timeout)
+        return JobStatus(JobState.FAILED, "timeout", f"the time limit was reached ({message})")
     if OUT_OF_MEMORY.search(error):
         return JobStatus(JobState.FAILED, "oom", message)
     if exit_code in (-9, 137):
         return JobStatus(JobState.KILLED, message=f"killed by SIGKILL; {message}")
     return JobStatus(JobState.FAILED, "config" if exit_code == 2 else "code", message)
-
-
-@dataclass(frozen=True)
-class Answer:
-    returncode: int
-    stdout: str
-    stderr: str
 
 
 def is_secret(name: str) -> bool:
@@ -157,6 +163,7 @@ def default_command() -> str:
 
 class IrisExecutor:
     name = "iris"
+    ends_at_time_limit = True  # the run's limit goes as the job's --timeout
 
     def __init__(
         self,
@@ -293,12 +300,12 @@ class IrisExecutor:
             if not ENV_NAME.match(key):
                 raise ExecutorError(f"'{key[:60]}' is no environment variable name")
         argv = list(job.argv)
-        if hidden := {k: v for k, v in job.files.items() if k in job.secret_files}:
-            # Files holding secrets (a manifest's tokens) stay out of the bundle: they go as
-            # a secret variable, which the job's first step writes out (mode 0600).
-            secret[FILES_VARIABLE] = json.dumps(hidden)
-            python = sys.executable if settings.RUNS_IRIS_LOCAL else "python"
-            argv = [python, "-c", FILES_WRITER % FILES_VARIABLE, *argv]
+        # Files holding secrets (a manifest's tokens) stay out of the bundle: they go as a
+        # secret variable, which the job's first step writes out (mode 0600).
+        hidden, argv = secret_files_step(
+            job, python=sys.executable if settings.RUNS_IRIS_LOCAL else "python"
+        )
+        secret.update(hidden)
         if settings.RUNS_IRIS_LOCAL:
             # A local controller runs tasks as subprocesses of its own working folder: each
             # job is started in its own folder (the bundle a worker would unpack), with the
@@ -333,6 +340,12 @@ class IrisExecutor:
                 for flag in ("--exclude", rf"(^|/){re.escape(name)}$")
             ],
             *resource_flags(job.resources),
+            # The run's time limit is the job's: Iris ends a task that outlives it.
+            *(
+                ["--timeout", str(int(job.time_limit_seconds))]
+                if job.time_limit_seconds > 0
+                else []
+            ),
             *[item for key, value in plain.items() for item in ("-e", key, value)],
             "--",
             *argv,
@@ -342,7 +355,9 @@ class IrisExecutor:
         with os.fdopen(fd, "w") as out:
             json.dump({"env": secret}, out)  # YAML reads JSON
         try:
-            answer = self._run(command, cwd=workdir, timeout=settings.RUNS_IRIS_SUBMIT_TIMEOUT)
+            answer = self._run(
+                command, cwd=workdir, timeout=settings.RUNS_IRIS_SUBMIT_TIMEOUT, submit=True
+            )
         except ExecutorError as exc:
             answer = Answer(1, "", str(exc))
         finally:
@@ -397,7 +412,7 @@ class IrisExecutor:
 
     # -- the command -----------------------------------------------------------------------
 
-    def _run(self, command: list[str], *, cwd: Path | None, timeout: float) -> Answer:
+    def _environ(self, cwd: Path | None) -> dict[str, str]:
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
@@ -408,6 +423,35 @@ class IrisExecutor:
             # an ignored folder of another repository (the site's own var/) would list
             # nothing, so git stops at the folder and Iris takes its files by its patterns.
             env["GIT_CEILING_DIRECTORIES"] = str(cwd.parent)
+        return env
+
+    def _submitter_python(self) -> list[str]:
+        """The Python a long-lived submitter runs in ([]: one ``iris`` process a submit)."""
+        if settings.RUNS_IRIS_SUBMITTER != "process":
+            return []
+        return submitter_python(self.command)
+
+    def warm(self) -> None:
+        """Start this process's submitter now (a worker's start), so that its first submit
+        does not wait for Iris to be imported; nothing when none is configured."""
+        if self.controller_url and (python := self._submitter_python()):
+            submitter = submitter_for(python, self._environ(None))
+            with submitter.lock:
+                if not submitter.alive():
+                    submitter.start()
+
+    def _run(
+        self, command: list[str], *, cwd: Path | None, timeout: float, submit: bool = False
+    ) -> Answer:
+        """The ``iris`` command, run in ``cwd``: a submit goes to this process's long-lived
+        submitter (``iris_process``) when there is one, anything else starts the command."""
+        env = self._environ(cwd)
+        if submit and (python := self._submitter_python()):
+            base = self._environ(None)
+            extra = {k: v for k, v in env.items() if base.get(k) != v}
+            return submitter_for(python, base).run(
+                command[len(self.command) :], cwd=cwd, environ=extra, timeout=timeout
+            )
         try:
             done = subprocess.run(  # noqa: S603  (argv built here; secrets are not in it)
                 command,
@@ -424,18 +468,6 @@ class IrisExecutor:
         except OSError as exc:
             raise ExecutorError(f"the Iris command cannot start: {exc}") from exc
         return Answer(done.returncode, done.stdout, done.stderr)
-
-
-# The job's first step where files holding secrets came as a variable: write them, then
-# become the job (with the variable gone from its environment).
-FILES_VARIABLE = "RUNS_JOB_FILES"
-FILES_WRITER = (
-    "import json, os, sys\n"
-    "for name, text in json.loads(os.environ.pop(%r, '{}')).items():\n"
-    "    fd = os.open(name, os.O_CREAT | os.O_TRUNC | os.O_WRONLY, 0o600)\n"
-    "    os.write(fd, text.encode()); os.close(fd)\n"
-    "os.execvp(sys.argv[1], sys.argv[1:])"
-)
 
 
 # Runs in the site's Python on a local controller's machine: chdir, then become the job

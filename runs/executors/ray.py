@@ -5,7 +5,9 @@ already there instead of starting a second one. The job's working directory trav
 job's runtime environment (``working_dir``): its config and, when the launch pinned a commit,
 a copy of that commit's clean checkout (``runs/executors/code.py``), which the job runs from;
 without a pinned commit the site's ``runs`` package travels with it (``py_modules``), so
-the cluster needs no copy of marin-site. Its Python (``RUNS_RAY_PYTHON``, by default this
+the cluster needs no copy of marin-site. Files holding secrets (the manifest of a job of
+several trainings, every run's token) are not in the working directory: they travel as a
+variable of the submission's ``env_vars``, and the job's first step writes them out. Its Python (``RUNS_RAY_PYTHON``, by default this
 one) needs numpy.
 Ray has no time limit of its own: the reconciler stops a run that outlives its limit.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 
-from runs.executors.base import ExecutorError, JobSpec, JobState, JobStatus
+from runs.executors.base import ExecutorError, JobSpec, JobState, JobStatus, secret_files_step
 from runs.executors.code import checkout_copy
 
 OUT_OF_MEMORY = re.compile(r"out of memory|outofmemory|low on memory|\boom\b")
@@ -93,10 +95,15 @@ class RayExecutor:
         if job.code_dir is not None:
             checkout_copy(job.code_dir, job.workdir)
         for name, content in job.files.items():
-            (job.workdir / name).write_text(content)
+            if name not in job.secret_files:  # a manifest's tokens never go in the bundle
+                (job.workdir / name).write_text(content)
+        python = settings.RUNS_RAY_PYTHON or sys.executable
         argv = list(job.argv)
-        if argv and argv[0] == sys.executable and settings.RUNS_RAY_PYTHON:
-            argv[0] = settings.RUNS_RAY_PYTHON
+        if argv and argv[0] == sys.executable:
+            argv[0] = python
+        # The files holding secrets go as a variable of this submission's runtime
+        # environment, which the job's first step writes out in its folder (mode 0600).
+        hidden, argv = secret_files_step(JobSpec(**{**job.__dict__, "argv": argv}), python=python)
         client = self._client()
         if self._exists(client, job.job_id):
             return job.job_id
@@ -112,7 +119,7 @@ class RayExecutor:
                         if job.code_dir is not None
                         else {"py_modules": [str(settings.BASE_DIR / "runs")]}
                     ),
-                    "env_vars": {"PYTHONUNBUFFERED": "1", **job.env},
+                    "env_vars": {"PYTHONUNBUFFERED": "1", **job.env, **hidden},
                 },
                 metadata={"job_id": job.job_id},
             )

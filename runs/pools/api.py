@@ -184,6 +184,7 @@ class PoolSerializer(policy.ModelSerializer[Pool]):
             "labels",
             "recipes",
             "max_concurrent_runs",
+            "author_dry_runs",
             "owner",
             "created_at",
             "retired_at",
@@ -197,6 +198,11 @@ class PoolWriteSerializer(policy.Serializer[Any]):
     labels = serializers.ListField(child=serializers.CharField(max_length=64), required=False)
     recipes = serializers.ListField(child=serializers.CharField(max_length=63), required=False)
     max_concurrent_runs = serializers.IntegerField(required=False, default=4)
+    author_dry_runs = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="the author of a proposal whose recipe runs here may start its dry run",
+    )
     owner = serializers.CharField(required=False, help_text="username; default: you")
 
 

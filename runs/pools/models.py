@@ -33,6 +33,11 @@ class Pool(models.Model):
         blank=True,
         help_text="Usernames who may launch plans on it; empty: any maintainer who approves.",
     )
+    author_dry_runs = models.BooleanField(
+        default=False,
+        help_text="The author of a submitted proposal whose recipe runs on this pool may start "
+        "its dry run (else only a maintainer may).",
+    )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="owned_pools"
     )

@@ -121,6 +121,9 @@ def pool_validate(*, data: dict[str, Any]) -> dict[str, Any]:
     unknown = [r for r in recipes if r not in known]
     if unknown:
         raise ValidationError({"recipes": [f"no recipe is named '{unknown[0][:63]}'"]})
+    author_dry_runs = data.get("author_dry_runs", False)
+    if not isinstance(author_dry_runs, bool):
+        raise ValidationError({"author_dry_runs": ["must be true or false"]})
     limit = data.get("max_concurrent_runs", 4)
     if type(limit) is not int or not 1 <= limit <= 10_000:
         raise ValidationError({"max_concurrent_runs": ["must be an integer from 1 to 10000"]})
@@ -130,6 +133,7 @@ def pool_validate(*, data: dict[str, Any]) -> dict[str, Any]:
         "labels": _clean_labels(data.get("labels")),
         "recipes": list(dict.fromkeys(recipes)),
         "max_concurrent_runs": limit,
+        "author_dry_runs": author_dry_runs,
     }
 
 
@@ -149,13 +153,15 @@ def pool_create(*, actor: Actor, data: dict[str, Any], owner: User | None = None
 
 @transaction.atomic
 def pool_update(*, actor: Actor, pool_id: int, data: dict[str, Any]) -> Pool:
-    """Change a pool's description, labels, recipes or limit (its name stays)."""
+    """Change a pool's description, labels, recipes, limit or whether authors may start
+    dry runs (its name stays)."""
     pool = Pool.objects.select_for_update().get(pk=pool_id)
     _require(actor, run_perms.MANAGE_POOL, pool, "change this pool")
     cleaned = pool_validate(data={**data, "name": pool.name})
-    for field in ("description", "labels", "recipes", "max_concurrent_runs"):
+    fields = ["description", "labels", "recipes", "max_concurrent_runs", "author_dry_runs"]
+    for field in fields:
         setattr(pool, field, cleaned[field])
-    pool.save(update_fields=["description", "labels", "recipes", "max_concurrent_runs"])
+    pool.save(update_fields=fields)
     return pool
 
 

@@ -47,6 +47,12 @@ class PoolForm(PolicyForm):
         required=False, help_text="Comma-separated recipe names it may run; empty: any recipe."
     )
     max_concurrent_runs = forms.IntegerField(min_value=1, max_value=10_000, initial=4)
+    author_dry_runs = forms.BooleanField(
+        required=False,
+        label="Authors may start dry runs",
+        help_text="The author of a submitted proposal whose recipe runs on this pool may start "
+        "its dry run; otherwise only a maintainer may.",
+    )
     owner = forms.CharField(required=False, help_text="Username of the owner; empty: you.")
 
 

@@ -77,7 +77,9 @@ def run_reconcile(*, run_id: int) -> Run | None:
         if run.cancel_requested_at is not None:
             executor.cancel(run.external_id)
             return run
-        if _over_time_limit(run):  # for executors without a limit of their own (Ray)
+        # For executors without a limit of their own (Ray); Iris ends the job itself, counting
+        # from its start, so a job still waiting for its accelerator is not timed out here.
+        if not getattr(executor, "ends_at_time_limit", False) and _over_time_limit(run):
             executor.cancel(run.external_id)
             return run_transition(
                 run_id=run_id,

@@ -18,6 +18,7 @@ from rest_framework.test import APIClient
 from marin_site.errors import ActionForbidden, TransitionNotAllowed
 from proposals.actions import (
     ACTIONS,
+    BUTTON_ACTIONS,
     TRANSITIONS,
     AlreadyDone,
     action_refusal,
@@ -71,7 +72,7 @@ def _expected_status(refusal: Exception | None, role: str) -> set[int]:
 
 def _page_actions(html: str, pk: int) -> set[str]:
     """The actions the page offers: buttons of the actions panel, the edit link, forms."""
-    shown = {name for name in (*TRANSITIONS, "hold", "unhold") if f"action-{name}" in html}
+    shown = {name for name in BUTTON_ACTIONS if f"action-{name}" in html}
     forms = {
         "edit": f'href="/proposals/{pk}/edit/"',
         "review": f'action="/proposals/{pk}/review/"',

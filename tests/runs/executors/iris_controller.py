@@ -104,8 +104,11 @@ def controller_stop(
 
 @pytest.fixture(scope="session")
 def iris_controller() -> Iterator[IrisController]:
+    from runs.executors.iris_process import submitters_stop
+
     controller, address, root = controller_start()
     try:
         yield address
     finally:
+        submitters_stop()  # this process's long-lived submitters
         controller_stop(controller, root)

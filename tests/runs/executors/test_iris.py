@@ -15,6 +15,8 @@ import subprocess
 import sys
 import threading
 import uuid
+from datetime import timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,7 @@ from django.utils import timezone
 from proposals import services as proposal_services
 from proposals.models import State
 from proposals.selectors import proposal_status_text
-from runs.executors import ExecutorError, JobSpec, JobState, get_executor
+from runs.executors import ExecutorError, JobSpec, JobState, get_executor, iris_process
 from runs.executors import iris as iris_module
 from runs.executors.iris import IrisExecutor, iris_status, resource_flags, resources_problems
 from runs.models import (
@@ -79,16 +81,28 @@ def iris(iris_controller: IrisController, settings: Any) -> IrisExecutor:  # noq
 
 @pytest.fixture
 def argv_seen(monkeypatch: Any) -> list[list[str]]:
-    """Every argument list the executor starts a process with (the processes do start)."""
+    """Every `iris` command the executor runs (they do run), whether it goes to the
+    long-lived submitter or starts a process; and every line a submitter is sent."""
     seen: list[list[str]] = []
-    real_run = subprocess.run
+    real_run = IrisExecutor._run
+    real_send = iris_process.Submitter.run
 
-    def spy(command: list[str], *args: Any, **kwargs: Any) -> Any:
+    def spy(self: IrisExecutor, command: list[str], **kwargs: Any) -> Any:
         seen.append(list(command))
-        return real_run(command, *args, **kwargs)
+        return real_run(self, command, **kwargs)
 
-    monkeypatch.setattr(iris_module.subprocess, "run", spy)
+    def send_spy(self: Any, argv: list[str], **kwargs: Any) -> Any:
+        seen.append([*argv, *[f"{k}={v}" for k, v in kwargs["environ"].items()]])
+        return real_send(self, argv, **kwargs)
+
+    monkeypatch.setattr(IrisExecutor, "_run", spy)
+    monkeypatch.setattr(iris_process.Submitter, "run", send_spy)
     return seen
+
+
+def submits_of(seen: list[list[str]]) -> list[list[str]]:
+    """The `iris job run` commands among those seen (not the lines sent to a submitter)."""
+    return [argv for argv in seen if argv[:1] != ["--controller-url"] and "run" in argv]
 
 
 def job(tmp_path: Path, name: str, code: str, **env: str) -> JobSpec:
@@ -123,7 +137,7 @@ def test_a_job_runs_once_with_its_files_and_env_and_its_secret_in_no_argv(
     logs = iris.logs(external_id)
     assert "run 7 32 token ok" in logs
     assert SECRET not in logs
-    submits = [argv for argv in argv_seen if "run" in argv and "job" in argv]
+    submits = submits_of(argv_seen)
     assert len(submits) == 1
     assert submits[0][submits[0].index("-e") :][:3] == ["-e", "RUN_ID", "7"]
     assert all(SECRET not in arg for argv in argv_seen for arg in argv)
@@ -148,7 +162,7 @@ def test_workers_racing_to_submit_one_job_start_it_once(
         racer.join()
     assert len(answers) == 3
     assert len(set(answers)) == 1
-    assert len([argv for argv in argv_seen if "run" in argv and "job" in argv]) == 1
+    assert len(submits_of(argv_seen)) == 1
     assert wait_for(lambda: ended(iris, answers[0]), timeout=120) == JobState.SUCCEEDED
 
 
@@ -279,7 +293,7 @@ def test_one_iris_job_trains_the_plan_from_the_pinned_commit(
     assert sorted(started) == [run.pk for run in runs]
     assert len({run.external_id for run in runs}) == 1 and runs[0].external_id.startswith("/")
     assert all((run.git_sha, run.git_clean) == (first, True) for run in runs)
-    submits = [argv for argv in argv_seen if "run" in argv and "job" in argv]
+    submits = submits_of(argv_seen)
     assert len(submits) == 1  # one job for the plan
     submit = submits[0]
     assert submit[submit.index("WANDB_PROJECT") - 1 :][:3] == ["-e", "WANDB_PROJECT", "marin_moe"]
@@ -359,7 +373,7 @@ def test_a_dry_run_runs_on_iris_as_a_cpu_job_and_shows_on_the_proposal_and_its_s
         dry_run = proposal_services.proposal_dry_run(proposal_id=proposal.pk, actor=maintainer)
     external_id = dry_runs.dry_run_submit(dry_run_id=dry_run.pk)
     assert external_id.endswith(f"/{settings.RUNS_IRIS_JOB_PREFIX}-dry-run-{dry_run.pk}")
-    submit = next(argv for argv in argv_seen if "run" in argv and "job" in argv)
+    submit = submits_of(argv_seen)[0]
     assert submit[submit.index("--cpu") :][:2] == ["--cpu", "1"]  # a CPU job
     assert not {"--tpu", "--gpu"} & set(submit)
     assert dry_runs.dry_run_submit(dry_run_id=dry_run.pk) == ""  # running: not again
@@ -435,8 +449,13 @@ def test_a_worker_killed_mid_submit_leaves_no_orphan_job(
         "RUNS_WORK_DIR": str(settings.RUNS_WORK_DIR),
         "LOG_LEVEL": "WARNING",
     }
+    # The submit takes a fraction of a second: the worker is held once Iris has answered,
+    # before it keeps the job's id, so the kill lands in that window every time.
     code = (
-        "import django; django.setup(); from runs.services.dispatch import run_submit; "
+        "import time, django; django.setup(); from runs.executors.iris import IrisExecutor; "
+        "real = IrisExecutor.submit; "
+        "IrisExecutor.submit = lambda self, job: (real(self, job), time.sleep(600))[0]; "
+        "from runs.services.dispatch import run_submit; "
         f"run_submit(run_id={run.pk})"
     )
     worker = subprocess.Popen(  # noqa: S603
@@ -686,3 +705,180 @@ def test_a_refused_job_of_several_trainings_puts_them_all_back_in_the_queue(
         assert (run.state, run.external_id) == (RunState.QUEUED, "")
         assert run.state_reason.startswith("waiting: Iris refused job"), run.state_reason
     cache.delete(iris_module.BACKOFF_KEY)
+
+
+def test_submits_go_to_one_long_lived_submitter_started_again_when_it_dies(
+    iris: IrisExecutor, argv_seen: list[list[str]], tmp_path: Path, monkeypatch: Any
+) -> None:
+    """No `iris` process per submit: one submitter, in Iris's own Python, takes them all;
+    killed, the next submit starts another; each job is submitted once."""
+    started: list[list[str]] = []
+    real_run = subprocess.run
+
+    def no_iris_process(command: list[str], *args: Any, **kwargs: Any) -> Any:
+        started.append(list(command))
+        return real_run(command, *args, **kwargs)
+
+    monkeypatch.setattr(iris_module.subprocess, "run", no_iris_process)
+    first = iris.submit(job(tmp_path, "warm-1", "print(1)", RUN_TOKEN=SECRET))
+    submitter = iris_process.submitter_for(
+        iris_process.submitter_python(iris.command), iris._environ(None)
+    )
+    assert submitter.process is not None
+    assert Path(submitter.python[0]).parent == Path(iris.command[0]).parent  # Iris's Python
+    pid = submitter.process.pid
+    second = iris.submit(job(tmp_path, "warm-2", "print(2)"))
+    assert submitter.process.pid == pid  # the same process took both
+    os.kill(pid, signal.SIGKILL)
+    submitter.process.wait(timeout=30)
+    third = iris.submit(job(tmp_path, "warm-3", "print(3)"))  # a new one is started
+    assert submitter.process.pid != pid
+    assert started == []  # no `iris` process was started for a submit
+    assert len(submits_of(argv_seen)) == 3
+    for external_id in (first, second, third):
+        name = external_id.rsplit("/", 1)[-1]
+        answer = iris._rpc("ListJobs", {"query": {"name_filter": name}})
+        assert [j["jobId"] for j in answer["jobs"]] == [external_id]  # once each
+        assert wait_for(partial(ended, iris, external_id), timeout=120) == JobState.SUCCEEDED
+    assert all(SECRET not in arg for argv in argv_seen for arg in argv)  # nor in a request
+
+
+def test_the_command_submits_when_asked_to(
+    iris: IrisExecutor, tmp_path: Path, settings: Any, monkeypatch: Any
+) -> None:
+    """RUNS_IRIS_SUBMITTER=command: one `iris job run` process per submit, as before."""
+    settings.RUNS_IRIS_SUBMITTER = "command"
+    started: list[list[str]] = []
+    real_run = subprocess.run
+
+    def seen(command: list[str], *args: Any, **kwargs: Any) -> Any:
+        started.append(list(command))
+        return real_run(command, *args, **kwargs)
+
+    monkeypatch.setattr(iris_module.subprocess, "run", seen)
+    external_id = iris.submit(job(tmp_path, "by-command", "print('by command')"))
+    assert [argv[:2] for argv in started] == [[iris.command[0], "--controller-url"]]
+    assert wait_for(lambda: ended(iris, external_id), timeout=120) == JobState.SUCCEEDED
+
+
+def test_a_submitter_that_cannot_start_says_why(
+    iris: IrisExecutor, tmp_path: Path, settings: Any
+) -> None:
+    settings.RUNS_IRIS_PYTHON = sys.executable  # the site's Python: it has no Iris
+    spec = job(tmp_path, "no-iris", "print(1)")
+    with pytest.raises(ExecutorError, match=r"submitter did not start: .*No module named 'iris'"):
+        iris.submit(spec)
+    assert iris.job_by_name(iris.job_name(spec)) is None
+    assert "No module named 'iris'" in iris.unavailable()  # runs wait, saying why
+    cache.delete(iris_module.BACKOFF_KEY)
+
+
+def test_the_submitter_s_python_follows_the_iris_command(settings: Any, tmp_path: Path) -> None:
+    settings.RUNS_IRIS_PYTHON = ""
+    marin = ["uv", "run", "--project", "/srv/marin", "iris"]
+    assert iris_process.submitter_python(marin) == [
+        "uv",
+        "run",
+        "--project",
+        "/srv/marin",
+        "python",
+    ]
+    (tmp_path / "bin").mkdir()
+    for name in ("iris", "python"):
+        (tmp_path / "bin" / name).touch()
+    assert iris_process.submitter_python([str(tmp_path / "bin" / "iris")]) == [
+        str(tmp_path / "bin" / "python")
+    ]
+    assert iris_process.submitter_python(["/usr/local/bin/submit-to-iris"]) == []  # the command
+    settings.RUNS_IRIS_PYTHON = "/opt/iris/bin/python -I"
+    assert iris_process.submitter_python(marin) == ["/opt/iris/bin/python", "-I"]
+
+
+def test_the_run_s_time_limit_is_the_iris_job_s_timeout(
+    iris: IrisExecutor, argv_seen: list[list[str]], tmp_path: Path
+) -> None:
+    spec = JobSpec(**{**job(tmp_path, "slow", "import time; time.sleep(600)").__dict__,
+                      "time_limit_seconds": 2})  # fmt: skip
+    external_id = iris.submit(spec)
+    submit = submits_of(argv_seen)[0]
+    assert submit[submit.index("--timeout") :][:2] == ["--timeout", "2"]
+    assert wait_for(lambda: ended(iris, external_id), timeout=180) == JobState.FAILED
+    status = iris.poll(external_id)
+    assert status.failure_kind == "timeout", status.message
+    assert status.message.startswith("the time limit was reached")
+
+
+@pytest.mark.django_db
+def test_the_reconciler_leaves_an_iris_job_s_time_limit_to_iris(
+    iris: IrisExecutor,
+    recipe: Any,
+    settings: Any,
+    tmp_path: Path,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """Iris counts the limit from the task's start (a job may wait long for its TPU): the
+    reconciler, which fails a Ray run that outlived its limit since its submit, leaves an
+    Iris run running however long ago it was submitted."""
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    plan = launched_plan(recipe, "", executor="iris")
+    PlanLaunch.objects.filter(plan=plan).update(
+        command_template='{python} -c "import time; time.sleep(600)"'
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatch.runs_dispatch()
+    run = Run.objects.get(plan=plan)
+    wait_for(lambda: iris.poll(run.external_id).state == JobState.RUNNING, timeout=120)
+    Run.objects.filter(pk=run.pk).update(started_at=timezone.now() - timedelta(days=2))
+    reconcile.run_reconcile(run_id=run.pk)
+    assert Run.objects.get(pk=run.pk).state == RunState.RUNNING
+    assert iris.poll(run.external_id).state == JobState.RUNNING
+    iris.cancel(run.external_id)
+
+
+def test_an_idle_submitter_exits_and_the_next_submit_starts_another(
+    iris: IrisExecutor, tmp_path: Path, settings: Any
+) -> None:
+    settings.RUNS_IRIS_SUBMITTER_IDLE_SECONDS = 1
+    iris_process.submitters_stop()  # the next one starts with that idle time
+    try:
+        iris.submit(job(tmp_path, "idle-1", "print(1)"))
+        submitter = iris_process.submitter_for(
+            iris_process.submitter_python(iris.command), iris._environ(None)
+        )
+        first = submitter.process
+        assert first is not None
+        wait_for(lambda: first.poll() is not None, timeout=60)
+        assert first.returncode == 0  # it left by itself, idle
+        second_id = iris.submit(job(tmp_path, "idle-2", "print(2)"))
+        assert submitter.process is not None and submitter.process.pid != first.pid
+        assert wait_for(lambda: ended(iris, second_id), timeout=120) == JobState.SUCCEEDED
+    finally:
+        iris_process.submitters_stop()  # not left with a second's idle time for the others
+
+
+def test_a_submitter_that_does_not_answer_in_time_is_killed_and_no_job_is_doubled(
+    iris: IrisExecutor, tmp_path: Path, settings: Any
+) -> None:
+    iris.warm()
+    submitter = iris_process.submitter_for(
+        iris_process.submitter_python(iris.command), iris._environ(None)
+    )
+    assert submitter.process is not None
+    late = submitter.process
+    iris.submit(job(tmp_path, "ready", "print(0)"))  # started and answering
+    spec = job(tmp_path, "late", "print('late')")
+    settings.RUNS_IRIS_SUBMIT_TIMEOUT = 0.01  # shorter than any submit
+    try:
+        outcome = iris.submit(spec)  # Iris may or may not have taken it: either way, said
+    except ExecutorError as exc:
+        outcome = str(exc)
+    assert outcome.startswith("/") or "took over 0.01 s" in outcome, outcome
+    assert late.poll() is not None  # the submitter that did not answer was killed
+    settings.RUNS_IRIS_SUBMIT_TIMEOUT = 120
+    cache.delete(iris_module.BACKOFF_KEY)
+    external_id = iris.submit(spec)  # found by its name if Iris took it, else submitted: once
+    answer = iris._rpc("ListJobs", {"query": {"name_filter": iris.job_name(spec)}})
+    assert [j["jobId"] for j in answer["jobs"]] == [external_id]
+    assert wait_for(lambda: ended(iris, external_id), timeout=120) == JobState.SUCCEEDED
+    iris.submit(job(tmp_path, "after", "print('after')"))  # a new submitter takes it
+    assert submitter.process is not None and submitter.process.pid != late.pid

@@ -7,6 +7,7 @@ other Ray on the machine; teardown stops exactly the processes it started.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from runs.models import MetricPoint, PlanLaunch, Run, RunState
 from runs.services import dispatch as dispatching
 from runs.services import plans as plan_services
 from runs.services import reconcile
+from runs.tokens import run_token
 from tests.runs.git_helpers import git, repo_fixture  # noqa: F401  (the repo fixture)
 from tests.runs.runs_helpers import (  # noqa: F401
     eager_tasks,
@@ -296,3 +298,55 @@ def test_a_ray_job_runs_from_the_pinned_commit_s_checkout(
     info = executor._client().get_job_info(run.external_id)
     assert "py_modules" not in (info.runtime_env or {})
     assert not (Path(settings.RUNS_CODE_DIR) / "trees" / first / "which.json").exists()
+
+
+# Says what its manifest held (each run's id and its token's digest, never a token) and the
+# file's mode, in the job's log; a token is read from the manifest, not from the bundle.
+MANIFEST_READER = (
+    "{python} -c \"import hashlib, json, os; m = json.load(open(os.environ['RUN_MANIFEST'])); "
+    "print('manifest', json.dumps([[t['run_id'], hashlib.sha256(t['token'].encode()).hexdigest()] "
+    "for t in m['trainings']])); "
+    "print('mode', oct(os.stat(os.environ['RUN_MANIFEST']).st_mode & 0o777)); "
+    "print('leftover', 'RUNS_JOB_FILES' in os.environ)\""
+)
+
+
+@pytest.mark.django_db
+def test_a_ray_job_of_several_trainings_gets_their_tokens_outside_its_bundle(
+    ray_address: str,
+    recipe: Any,
+    settings: Any,
+    tmp_path: Path,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The manifest (every run's token) is not in the working_dir Ray uploads, nor in the
+    entrypoint: it travels in this submission's runtime env and the job's first step
+    writes it (mode 0600) where the job reads it."""
+    settings.RAY_ADDRESS = ray_address
+    settings.RUNS_WORK_DIR = tmp_path / "runs"
+    plan = launched_plan(recipe, executor="ray")
+    PlanLaunch.objects.filter(plan=plan).update(
+        command_template=MANIFEST_READER, launch_options={"trainings": "plan"}
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatching.runs_dispatch()
+    runs = list(Run.objects.filter(plan=plan).order_by("entry__index"))
+    assert len(runs) == 2 and len({run.external_id for run in runs}) == 1
+    external_id = runs[0].external_id
+    folder = dispatching.run_workdir(run=runs[0])
+    assert (folder / "config.json").exists()
+    assert not (folder / "trainings.json").exists()  # never in the uploaded folder
+    executor = RayExecutor(address=ray_address)
+    assert wait_for(lambda: ended(executor, external_id), timeout=120) == JobState.SUCCEEDED
+    logs = executor.logs(external_id)
+    tokens = [run_token(run=run) for run in runs]
+    expected = [
+        [run.pk, hashlib.sha256(token.encode()).hexdigest()]
+        for run, token in zip(runs, tokens, strict=True)
+    ]
+    assert f"manifest {json.dumps(expected)}" in logs, logs
+    assert "mode 0o600" in logs
+    assert "leftover False" in logs  # the variable is gone from the job's environment
+    assert not any(token in logs for token in tokens)
+    info = executor._client().get_job_info(external_id)
+    assert not any(token in info.entrypoint for token in tokens)
