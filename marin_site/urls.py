@@ -1,3 +1,4 @@
+from allauth.socialaccount.providers.github import views as github_views
 from django.contrib import admin
 from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
@@ -26,6 +27,9 @@ urlpatterns = [
     path("imports/", import_views.imports_page, name="imports"),  # maintainers: the past
     path("healthz", views.healthz, name="healthz"),
     path("favicon.ico", views.favicon, name="favicon"),
+    # GitHub sign-in refuses in words where no GitHub OAuth app is set up (allauth: a 500).
+    path("accounts/github/login/", views.github_sign_in(github_views.oauth2_login)),
+    path("accounts/github/login/callback/", views.github_sign_in(github_views.oauth2_callback)),
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
     path("api/v1/", include("marin_site.api_urls")),

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from allauth.socialaccount.adapter import get_adapter
 from django.db import connection
 from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
+from django.shortcuts import render
 from django.templatetags.static import static
 from django.views import defaults
 from django.views.decorators.cache import never_cache
@@ -59,3 +64,26 @@ def favicon(request: HttpRequest) -> HttpResponse:
     """``/favicon.ico``, which browsers and feed readers ask for whatever the page links:
     the site's icon (a static file, ``static/img/favicon.svg``)."""
     return HttpResponsePermanentRedirect(static("img/favicon.svg"))
+
+
+def github_sign_in(view: Callable[..., HttpResponse]) -> Callable[..., HttpResponse]:
+    """allauth's GitHub sign-in ``view``, answering in words where this site has no GitHub
+    OAuth app (allauth raises, a 500, for someone who types the address)."""
+
+    def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if not get_adapter(request).list_apps(request, provider="github"):
+            return render(
+                request,
+                "refused.html",
+                {
+                    "problems": [
+                        "Signing in with GitHub is not set up on this site: sign in with your"
+                        " username and password."
+                    ],
+                    "back": "/accounts/login/",
+                },
+                status=404,
+            )
+        return view(request, *args, **kwargs)
+
+    return guarded

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from django import forms
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
@@ -64,6 +65,11 @@ def refusal(
         {"problems": messages_list, "back": request.META.get("HTTP_REFERER", "/")},
         status=status,
     )
+
+
+def form_problems(form: forms.BaseForm) -> ValidationError:
+    """A refused form's problems, each naming its field ("executor: ...")."""
+    return ValidationError([f"{field}: {errors[0]}" for field, errors in form.errors.items()])
 
 
 def proposal_list(request: HttpRequest) -> HttpResponse:
@@ -267,9 +273,7 @@ def proposal_transition(request: HttpRequest, pk: int, action: str) -> HttpRespo
         return forbidden
     form = ReasonForm(request.POST)
     if not form.is_valid():
-        return refusal(
-            request, ValidationError(form.errors.as_data().get("reason", ["Invalid input."]))
-        )
+        return refusal(request, form_problems(form))
     try:
         services.proposal_transition(
             proposal_id=proposal.pk,
@@ -316,9 +320,7 @@ def proposal_hold(request: HttpRequest, pk: int, hold: bool) -> HttpResponse:
         return forbidden
     form = ReasonForm(request.POST)
     if not form.is_valid():
-        return refusal(
-            request, ValidationError(form.errors.as_data().get("reason", ["Invalid input."]))
-        )
+        return refusal(request, form_problems(form))
     try:
         services.proposal_hold(
             proposal_id=proposal.pk,
@@ -347,7 +349,7 @@ def review_submit(request: HttpRequest, pk: int) -> HttpResponse:
         return forbidden
     form = ReviewForm(request.POST)
     if not form.is_valid():
-        return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
+        return refusal(request, form_problems(form))
     try:
         services.review_submit(
             proposal_id=proposal.pk,
@@ -372,7 +374,7 @@ def comment_create(request: HttpRequest, pk: int) -> HttpResponse:
         return forbidden
     form = CommentForm(request.POST)
     if not form.is_valid():
-        return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
+        return refusal(request, form_problems(form))
     try:
         comment = services.comment_create(
             proposal_id=proposal.pk,
@@ -394,7 +396,7 @@ def outcome_record(request: HttpRequest, pk: int) -> HttpResponse:
         return forbidden
     form = OutcomeForm(request.POST)
     if not form.is_valid():
-        return refusal(request, ValidationError([f"{k}: {v[0]}" for k, v in form.errors.items()]))
+        return refusal(request, form_problems(form))
     try:
         services.proposal_record_outcome(
             proposal_id=proposal.pk, actor=request.user, door=Door.WEB, **form.cleaned_data

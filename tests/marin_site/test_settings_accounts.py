@@ -65,3 +65,10 @@ def test_login_page_offers_github_only_when_configured(client: Client, settings:
     assert b"/accounts/github/login/" not in client.get("/accounts/login/").content
     settings.SOCIALACCOUNT_PROVIDERS = GITHUB
     assert b"/accounts/github/login/" in client.get("/accounts/login/").content
+
+
+@pytest.mark.parametrize("path", ["/accounts/github/login/", "/accounts/github/login/callback/"])
+def test_github_sign_in_without_an_oauth_app_says_so(client: Client, path: str) -> None:
+    for response in (client.get(path), client.post(path)):
+        assert response.status_code == 404
+        assert b"Signing in with GitHub is not set up on this site" in response.content
