@@ -290,7 +290,7 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
 
     from proposals.models import Proposal
     from proposals.services import proposal_transition
-    from runs.models import Recipe, Run, RunEvent, RunState
+    from runs.models import Plan, Recipe, Run, RunEvent, RunState
     from runs.pools import services as pools
     from runs.pools.models import Lease
     from runs.recipes.demo import TINY_MOE
@@ -389,8 +389,12 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
             committed_at = time.time()
             plan_id = Proposal.objects.get(pk=proposal.pk).plan_id
             assert plan_id is not None
-            plan_runs = set(Run.objects.filter(plan_id=plan_id).values_list("pk", flat=True))
+            expected = Plan.objects.get(pk=plan_id).run_count
             deadline = time.monotonic() + args.timeout
+            plan_runs: set[int] = set()
+            while len(plan_runs) < expected and time.monotonic() < deadline:
+                time.sleep(0.05)  # the worker expands the plan after the approval
+                plan_runs = set(Run.objects.filter(plan_id=plan_id).values_list("pk", flat=True))
             while time.monotonic() < deadline:
                 with agents.lock:
                     mine = [r for r in agents.received if r.run_id in plan_runs]
