@@ -315,7 +315,7 @@ def main() -> int:  # noqa: PLR0915  (one measured scenario, step by step)
             success_direction="lower",
             success_threshold=0.01,
             recipe=recipe,
-            baseline={"steps": 10},
+            baseline={"steps": 10 + round_},  # new configs: a run done before is not run again
             ablation_spec=SPEC,
             budget_accelerator_hours=None,
             author=author,
