@@ -264,6 +264,26 @@ def _leases_create(*, pairs: list[tuple[Agent, Run]]) -> list[Lease]:
         return created
 
 
+# What a grant reads of an offered run (its move to running and its agent's answer), and
+# of its plan entry: the runs' other columns (results, tracker data) are not decoded for it.
+_GRANT_READS = (
+    "plan_id",
+    "entry__scale",
+    "entry__seed",
+    "recipe_name",
+    "recipe_version",
+    "config",
+    "config_hash",
+    "state",
+    "git_sha",
+    "executor",
+    "attempt",
+    "max_attempts",
+    "time_limit_seconds",
+    "started_at",
+)
+
+
 def leases_grant(
     *,
     pool: Pool,
@@ -282,9 +302,8 @@ def leases_grant(
     committed, before the transitions' own after-commit work (their signals), so a waiting
     poll gets its lease without waiting for that."""
     from marin_site.doors import Door
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command
+    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command, run_job_env
     from runs.services.runs import Move, runs_transition
-    from runs.tokens import run_token
     from runs.tokens import token_hash as run_token_hash
 
     if not agents:
@@ -300,6 +319,7 @@ def leases_grant(
                 .exclude(plan_id__in=barred)
                 .exclude(pk__in=taken)
                 .select_related("entry")
+                .only(*_GRANT_READS)
                 .select_for_update(skip_locked=True, of=("self",))
                 .order_by("dispatched_at", "pk")[: len(group)]
             )
@@ -315,14 +335,16 @@ def leases_grant(
         for lease in created:
             agent, run = by_id[lease.agent_id], lease.run
             launch = launches.get(run.plan_id)
+            env = run_job_env(run=run)
             command = run_command(
                 run=run,
                 python=PYTHON_PLACEHOLDER,
                 template=launch.template if launch else None,
                 options=launch.options if launch else None,
                 default_config=launch.default_config if launch else None,
+                env=env,
             )
-            filled.append(command)
+            filled.append((command, env))
             moves.append(
                 Move(
                     run.pk,
@@ -331,21 +353,24 @@ def leases_grant(
                     changes={
                         "external_id": lease.external_id,
                         "command": shlex.join(command.shown),
-                        "token_hash": run_token_hash(run_token(run=run)),
+                        "token_hash": run_token_hash(env["RUN_TOKEN"]),
                         "output_path": "",
                         "secret_env_names": [],
                     },
                 )
             )
-        moved = runs_transition(moves=moves, to_state=RunState.RUNNING, door=Door.AGENT)
-        for lease, run, command in zip(created, moved, filled, strict=True):
-            run.entry = lease.run.entry  # read with the lock: the answer names its scale
+        moved = runs_transition(
+            moves=moves,
+            to_state=RunState.RUNNING,
+            door=Door.AGENT,
+            locked={run.pk: run for _agent, run in pairs},
+        )
+        for lease, run, (command, env) in zip(created, moved, filled, strict=True):
             lease.agent, lease.run = by_id[lease.agent_id], run
             launch = launches.get(run.plan_id)
             repository = launch.git_repository if launch else _git_repository(run.plan_id)
-            lease.answer = orjson.dumps(
-                _offer(lease=lease, run=run, filled=command, git_repository=repository)
-            )
+            offer = _offer(lease=lease, run=run, filled=command, git_repository=repository, env=env)
+            lease.answer = orjson.dumps(offer)
             granted[lease.agent_id] = lease
     return granted
 
@@ -459,7 +484,14 @@ def lease_answer(*, lease: Lease) -> bytes:
     return orjson.dumps(lease_offer(lease=lease))
 
 
-def _offer(*, lease: Lease, run: Run, filled: Filled, git_repository: str) -> dict[str, Any]:
+def _offer(
+    *,
+    lease: Lease,
+    run: Run,
+    filled: Filled,
+    git_repository: str,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     from runs.services.dispatch import PYTHON_PLACEHOLDER, run_config_file, run_job_env
 
     code = {}
@@ -487,7 +519,7 @@ def _offer(*, lease: Lease, run: Run, filled: Filled, git_repository: str) -> di
         "job": {
             "argv": filled.argv,
             "python_placeholder": PYTHON_PLACEHOLDER,
-            "env": {**run_job_env(run=run), **filled.env},
+            "env": {**(run_job_env(run=run) if env is None else env), **filled.env},
             "files": {"config.json": run_config_file(run=run)},
             "grace_seconds": settings.RUNS_AGENT_GRACE_SECONDS,
             "code": code,
