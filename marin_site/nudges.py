@@ -13,11 +13,13 @@ eager (``task_always_eager``) runs it in place, as it would ``task.delay``.
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from django.db import transaction
 
 logger = logging.getLogger(__name__)
+_importing = threading.Lock()
 
 
 def nudge(name: str, **kwargs: Any) -> None:
@@ -30,7 +32,12 @@ def task_send(name: str, *, countdown: int | None = None, **kwargs: Any) -> None
     from marin_site.celery import app
 
     if name not in app.tasks:  # the apps' tasks modules are imported on first need
-        app.loader.import_default_modules()
+        with _importing:
+            # One thread at a time: Celery's autodiscovery answers a second caller at once,
+            # with nothing, while the first is still importing (a web process whose threads
+            # all nudge for the first time together would see the task missing).
+            if name not in app.tasks:
+                app.loader.import_default_modules()
     task = app.tasks[name]  # KeyError: no task has this name (a typo, caught by the tests)
     options: dict[str, Any] = {"retry": False}
     if countdown is not None:

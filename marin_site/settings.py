@@ -307,11 +307,12 @@ RUNS_AGENT_POLL_SECONDS = float(os.environ.get("RUNS_AGENT_POLL_SECONDS", "25"))
 RUNS_AGENT_RECHECK_SECONDS = float(os.environ.get("RUNS_AGENT_RECHECK_SECONDS", "5"))
 RUNS_AGENT_LOG_TAIL_BYTES = int(os.environ.get("RUNS_AGENT_LOG_TAIL_BYTES", "65536"))
 RUNS_AGENT_GRACE_SECONDS = float(os.environ.get("RUNS_AGENT_GRACE_SECONDS", "30"))
-# Agents' requests using the database at once, per server process (held polls use none).
+# Agents' requests using the database at once, per server process (held polls use none, nor
+# a poll handed its lease: its answer was built by the poll that leased it).
 RUNS_AGENT_DB_SLOTS = int(os.environ.get("RUNS_AGENT_DB_SLOTS", "8"))
 # On a wake-up, one held poll per process leases runs for the waiting polls of its pool, at
-# most this many per transaction (runs.pools.handout).
-RUNS_AGENT_LEASE_BATCH = int(os.environ.get("RUNS_AGENT_LEASE_BATCH", "32"))
+# most this many per transaction (runs.pools.handout): by default every one of them at once.
+RUNS_AGENT_LEASE_BATCH = int(os.environ.get("RUNS_AGENT_LEASE_BATCH", "256"))
 # A claimed run (executed by hand) may stay silent this long before it is crashed.
 RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS = int(
     os.environ.get("RUNS_CLAIM_HEARTBEAT_TIMEOUT_SECONDS", "3600")

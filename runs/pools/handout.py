@@ -102,6 +102,16 @@ def leave(pool: str, waiter: Waiter) -> Any:
         return waiter.lease
 
 
+def waiting(pool: str) -> int:
+    """How many polls of ``pool`` wait at this process's desk for a lease now (held, not
+    looking for themselves)."""
+    with _condition:
+        desk = _desks.get(pool)
+        if desk is None:
+            return 0
+        return sum(1 for w in desk.waiters if not w.claimed and w.lease is None)
+
+
 def poke(pool: str) -> None:
     """Work was offered to ``pool``: wake one waiting poll of this process to lead (or tell
     the leader at work to look once more). The others sleep on."""

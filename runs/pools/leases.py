@@ -19,8 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import orjson
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
@@ -32,6 +33,9 @@ from marin_site.input import clean_text as policy_text
 from runs.models import FailureKind, Run, RunState
 from runs.pools import handout, wakeup
 from runs.pools.models import Agent, Lease, LeaseEnd, Pool
+
+if TYPE_CHECKING:
+    from runs.specs.commands import Filled
 
 REPORT_OUTCOMES = ("exited", "preempted", "canceled", "time_limit", "start_failed")
 
@@ -182,27 +186,50 @@ def _offered_to(pool: Pool) -> Any:
     return runs
 
 
-def _launches(pool: Pool) -> dict[int, tuple[str, list[str], dict[str, Any]]]:
-    """The pool's live launches: plan id -> (command template, labels its runs require,
-    launch options)."""
+@dataclass(frozen=True)
+class _Launch:
+    """What a live launch of the pool's plans says about running one of its runs."""
+
+    template: str
+    labels: list[str]  # the labels its runs require
+    options: dict[str, Any]
+    git_repository: str
+    default_config: dict[str, Any]  # the recipe's defaults (a command with flags lists them)
+
+
+def _launches(pool: Pool) -> dict[int, _Launch]:
+    """The pool's live launches, by plan id (one query, their plans' defaults with them)."""
     from runs.models import PlanLaunch
 
     launches = PlanLaunch.objects.filter(
         executor=pool.executor, canceled_at__isnull=True, finished_at__isnull=True
-    ).values_list("plan_id", "command_template", "requires_labels", "launch_options")
+    ).values_list(
+        "plan_id",
+        "command_template",
+        "requires_labels",
+        "launch_options",
+        "git_repository",
+        "plan__recipe_snapshot",
+    )
     return {
-        plan_id: (template, labels or [], options or {})
-        for plan_id, template, labels, options in launches
+        plan_id: _Launch(
+            template=template,
+            labels=labels or [],
+            options=options or {},
+            git_repository=repository or "",
+            default_config=dict((snapshot or {}).get("default_config") or {}),
+        )
+        for plan_id, template, labels, options, repository, snapshot in launches
     }
 
 
 def _by_plans_barred(
-    *, pool: Pool, agents: list[Agent], launches: dict[int, tuple[str, list[str], dict[str, Any]]]
+    *, pool: Pool, agents: list[Agent], launches: dict[int, _Launch]
 ) -> dict[frozenset[int], list[Agent]]:
     """The agents grouped by the plans whose runs they may not lease: plans launched with
     ``requires_labels`` that neither the pool's labels nor the agent's own include. Most
     pools make one group, barred from nothing."""
-    needs = {plan_id: set(labels) for plan_id, (_, labels, _o) in launches.items() if labels}
+    needs = {plan_id: set(launch.labels) for plan_id, launch in launches.items() if launch.labels}
     groups: dict[frozenset[int], list[Agent]] = {}
     for agent in agents:
         have = set(pool.labels or []) | set(agent.labels or [])
@@ -237,6 +264,26 @@ def _leases_create(*, pairs: list[tuple[Agent, Run]]) -> list[Lease]:
         return created
 
 
+# What a grant reads of an offered run (its move to running and its agent's answer), and
+# of its plan entry: the runs' other columns (results, tracker data) are not decoded for it.
+_GRANT_READS = (
+    "plan_id",
+    "entry__scale",
+    "entry__seed",
+    "recipe_name",
+    "recipe_version",
+    "config",
+    "config_hash",
+    "state",
+    "git_sha",
+    "executor",
+    "attempt",
+    "max_attempts",
+    "time_limit_seconds",
+    "started_at",
+)
+
+
 def leases_grant(
     *,
     pool: Pool,
@@ -249,13 +296,14 @@ def leases_grant(
     get other runs without waiting; one per group of agents with other labels), one INSERT
     of the lease rows, and the runs' move to running by ``runs_transition`` (the rules of
     ``run_transition``, each with its timeline event). Answers {agent id: lease}; agents
-    left without a run are not in it. ``on_commit`` is called with the same answer once the
-    leases are committed, before the transitions' own after-commit work (their signals), so
-    a waiting poll gets its lease without waiting for that."""
+    left without a run are not in it. Each lease carries its agent's answer, built here
+    (``Lease.answer``, the JSON of ``lease_offer``), so the poll that gets it writes it
+    without a query. ``on_commit`` is called with the same answer once the leases are
+    committed, before the transitions' own after-commit work (their signals), so a waiting
+    poll gets its lease without waiting for that."""
     from marin_site.doors import Door
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command
+    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command, run_job_env
     from runs.services.runs import Move, runs_transition
-    from runs.tokens import run_token
     from runs.tokens import token_hash as run_token_hash
 
     if not agents:
@@ -271,6 +319,7 @@ def leases_grant(
                 .exclude(plan_id__in=barred)
                 .exclude(pk__in=taken)
                 .select_related("entry")
+                .only(*_GRANT_READS)
                 .select_for_update(skip_locked=True, of=("self",))
                 .order_by("dispatched_at", "pk")[: len(group)]
             )
@@ -282,13 +331,20 @@ def leases_grant(
         if on_commit is not None:
             transaction.on_commit(lambda: on_commit(granted))
         created = _leases_create(pairs=pairs)
-        moves = []
+        moves, filled = [], []
         for lease in created:
             agent, run = by_id[lease.agent_id], lease.run
-            template, _labels, options = launches.get(run.plan_id, (None, [], None))
-            argv = run_command(
-                run=run, python=PYTHON_PLACEHOLDER, template=template, options=options
-            ).shown
+            launch = launches.get(run.plan_id)
+            env = run_job_env(run=run)
+            command = run_command(
+                run=run,
+                python=PYTHON_PLACEHOLDER,
+                template=launch.template if launch else None,
+                options=launch.options if launch else None,
+                default_config=launch.default_config if launch else None,
+                env=env,
+            )
+            filled.append((command, env))
             moves.append(
                 Move(
                     run.pk,
@@ -296,18 +352,34 @@ def leases_grant(
                     actor_label=agent.label,
                     changes={
                         "external_id": lease.external_id,
-                        "command": shlex.join(argv),
-                        "token_hash": run_token_hash(run_token(run=run)),
+                        "command": shlex.join(command.shown),
+                        "token_hash": run_token_hash(env["RUN_TOKEN"]),
                         "output_path": "",
                         "secret_env_names": [],
                     },
                 )
             )
-        moved = runs_transition(moves=moves, to_state=RunState.RUNNING, door=Door.AGENT)
-        for lease, run in zip(created, moved, strict=True):
+        moved = runs_transition(
+            moves=moves,
+            to_state=RunState.RUNNING,
+            door=Door.AGENT,
+            locked={run.pk: run for _agent, run in pairs},
+        )
+        for lease, run, (command, env) in zip(created, moved, filled, strict=True):
             lease.agent, lease.run = by_id[lease.agent_id], run
+            launch = launches.get(run.plan_id)
+            repository = launch.git_repository if launch else _git_repository(run.plan_id)
+            offer = _offer(lease=lease, run=run, filled=command, git_repository=repository, env=env)
+            lease.answer = orjson.dumps(offer)
             granted[lease.agent_id] = lease
     return granted
+
+
+def _git_repository(plan_id: int) -> str:
+    from runs.models import PlanLaunch
+
+    launch = PlanLaunch.objects.filter(plan_id=plan_id).values_list("git_repository", flat=True)
+    return launch.first() or ""
 
 
 def lease_acquire(*, agent: Agent) -> Lease | None:
@@ -375,9 +447,11 @@ def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
                 break
             wakeup.slot_release()  # 200 waiting agents hold no database connection
             waiter.event.wait(min(remaining, recheck))
-            # A slot again, even to answer a lease handed over: the rest of the request
-            # (middleware) may use the database, and the process's connections are few.
-            wakeup.slot_take()
+            if waiter.lease is None:  # it leads, looks again or answers 204: a slot again
+                wakeup.slot_take()
+            # A lease handed over comes with its answer built: the poll writes it and is
+            # done, with no query, so it takes no slot (a hundred woken polls would queue
+            # for the process's few slots only to write their answers).
     finally:
         lease: Lease | None = handout.leave(pool, waiter)  # a lease handed out is never dropped
     return lease
@@ -387,12 +461,7 @@ def lease_offer(*, lease: Lease) -> dict[str, Any]:
     """What the agent needs to execute the leased run. Only this run's token; never the
     site's own secrets (the job inherits the agent's environment for its own)."""
     from runs.models import PlanLaunch
-    from runs.services.dispatch import (
-        PYTHON_PLACEHOLDER,
-        run_command,
-        run_config_file,
-        run_job_env,
-    )
+    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command
 
     run = lease.run
     launch = PlanLaunch.objects.only("command_template", "launch_options", "git_repository").get(
@@ -404,8 +473,29 @@ def lease_offer(*, lease: Lease) -> dict[str, Any]:
         template=launch.command_template,
         options=launch.launch_options,
     )
+    return _offer(lease=lease, run=run, filled=filled, git_repository=launch.git_repository)
+
+
+def lease_answer(*, lease: Lease) -> bytes:
+    """The JSON answer of the poll that got ``lease``: built by ``leases_grant`` when it
+    leased it, else here (``lease_offer``)."""
+    if lease.answer is not None:
+        return lease.answer
+    return orjson.dumps(lease_offer(lease=lease))
+
+
+def _offer(
+    *,
+    lease: Lease,
+    run: Run,
+    filled: Filled,
+    git_repository: str,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_config_file, run_job_env
+
     code = {}
-    if launch.git_repository and run.git_sha:  # the agent runs the pinned commit's source
+    if git_repository and run.git_sha:  # the agent runs the pinned commit's source
         code = {"ref": run.git_sha, "archive": f"/api/v1/agent/leases/{lease.pk}/code/"}
     return {
         "lease": {
@@ -429,7 +519,7 @@ def lease_offer(*, lease: Lease) -> dict[str, Any]:
         "job": {
             "argv": filled.argv,
             "python_placeholder": PYTHON_PLACEHOLDER,
-            "env": {**run_job_env(run=run), **filled.env},
+            "env": {**(run_job_env(run=run) if env is None else env), **filled.env},
             "files": {"config.json": run_config_file(run=run)},
             "grace_seconds": settings.RUNS_AGENT_GRACE_SECONDS,
             "code": code,

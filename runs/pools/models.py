@@ -151,6 +151,10 @@ class Lease(models.Model):
     outcome = models.JSONField(default=dict, blank=True)
     log_tail = models.TextField(blank=True)
 
+    # Not stored: the JSON answer of the poll that got the lease, built when it was granted
+    # (``leases.leases_grant``), so that the poll only writes it.
+    answer: bytes | None = None
+
     class Meta:
         ordering = ["-pk"]
         constraints = [

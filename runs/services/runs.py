@@ -223,15 +223,22 @@ def runs_transition(
     door: str,
     actor: Actor = None,
     failure_kind: str = "",
+    locked: dict[int, Run] | None = None,
 ) -> list[Run]:
     """``run_transition`` for many runs at once, by the same rules (``_transition_check``,
     ``_transition_apply``, ``_transition_after``), in a few statements however many runs:
     one ``SELECT ... FOR UPDATE`` (in id order), one UPDATE, one INSERT of the events. A
-    move the state machine does not have refuses them all. Answers the runs, as ``moves``."""
+    move the state machine does not have refuses them all. Answers the runs, as ``moves``.
+    ``locked``: the runs by id, read with ``SELECT ... FOR UPDATE`` by the caller in this
+    transaction already, so not read again (with at least the fields a transition reads and
+    writes)."""
     if to_state not in RUN_TRANSITIONS:
         raise DomainError(f"Unknown run state '{to_state}'.")
     ids = [move.run_id for move in moves]
-    runs = Run.objects.select_for_update().filter(pk__in=ids).order_by("pk").in_bulk()
+    if locked is not None and all(run_id in locked for run_id in ids):
+        runs = {run_id: locked[run_id] for run_id in ids}
+    else:
+        runs = Run.objects.select_for_update().filter(pk__in=ids).order_by("pk").in_bulk()
     if len(runs) != len(set(ids)):
         raise Run.DoesNotExist(f"No run {sorted(set(ids) - set(runs))[0]}.")
     moved: list[tuple[Run, str]] = []

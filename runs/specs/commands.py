@@ -18,6 +18,7 @@ the command as a YAML list instead, stored as those words (``shlex.join``).
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -132,6 +133,12 @@ class Filled:
     env: dict[str, str]
 
 
+@functools.lru_cache(maxsize=256)
+def _split(template: str) -> tuple[str, ...]:
+    """A command's words (a plan's runs share its command: a lease batch splits it once)."""
+    return tuple(shlex.split(template))
+
+
 def command_words(template: Any) -> list[str]:
     """The arguments of a stored command (words) or of a list; CommandError if unusable."""
     if isinstance(template, list):
@@ -140,7 +147,7 @@ def command_words(template: Any) -> list[str]:
         words = list(template)
     elif isinstance(template, str):
         try:
-            words = shlex.split(template)
+            words = list(_split(template))
         except ValueError as exc:
             raise CommandError(f"cannot be split into arguments: {exc}") from exc
     else:

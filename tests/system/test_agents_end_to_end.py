@@ -34,7 +34,7 @@ from proposals.models import Proposal
 from proposals.services import proposal_transition
 from runs import tasks, tokens
 from runs.models import MetricPoint, PlanLaunch, Run, RunEvent, RunState
-from runs.pools import services
+from runs.pools import handout, services
 from runs.pools.models import Agent, Lease, LeaseEnd, Pool
 from tests.factories import ProposalFactory
 from tests.runs.runs_helpers import redis_broker, wait_for
@@ -132,7 +132,10 @@ def test_two_agents_run_a_plan_and_survive_one_of_them_dying(
         assert {s["agent"]["pool"] for s in states} == {"lab"}
         for agent in agents:
             agent.start()
-        wait_for(lambda: Agent.objects.filter(last_contact_at__isnull=False).count() == 2)
+        # Both agents wait in a held poll (the live server is this process) before the plan
+        # is approved. Their registration set their last contact already: waiting for that
+        # let a slow agent start polling only after the offer, its lease seconds late.
+        wait_for(lambda: handout.waiting("lab") == 2, timeout=60)
 
         proposal = ProposalFactory.create(
             author=contributor,

@@ -3,12 +3,15 @@ happens when a lease is lost, abandoned or revoked."""
 
 from __future__ import annotations
 
+import json
 import signal
 from functools import partial
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from marin_site.errors import ActionForbidden
 from runs import tokens
@@ -74,6 +77,25 @@ def test_an_agent_leases_an_offered_run_and_becomes_its_runner(recipe: Any, owne
     assert offer["job"]["env"]["RUN_ID"] == str(run.pk)
     assert "WANDB_API_KEY" not in offer["job"]["env"]  # the site's secrets stay on the site
     assert offer["job"]["files"]["config.json"].startswith("{")
+
+
+def test_a_granted_lease_carries_its_answer_built_in_the_grant(recipe: Any, owner: User) -> None:
+    pool = make_pool(owner)
+    offered_plan(recipe, pool)
+    agents = [make_agent(pool, f"host-{i}")[0] for i in range(3)]
+
+    granted = leases.leases_grant(pool=pool, agents=agents)
+
+    assert len(granted) == 3
+    for lease in granted.values():
+        assert lease.answer is not None
+        with CaptureQueriesContext(connection) as queries:
+            answer = leases.lease_answer(lease=lease)
+        assert len(queries) == 0  # the poll that gets it only writes it
+        stored = Lease.objects.select_related("run", "agent").get(pk=lease.pk)
+        assert stored.answer is None  # not a column: a lease read back builds its answer
+        assert json.loads(answer) == leases.lease_offer(lease=stored)
+        assert json.loads(leases.lease_answer(lease=stored)) == json.loads(answer)
 
 
 def test_each_agent_gets_a_different_run_and_none_is_left_for_a_fifth(

@@ -3,14 +3,18 @@ that never comes costs only the re-check."""
 
 from __future__ import annotations
 
+import json
 import time
+from functools import partial
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from runs.pools import leases, wakeup
+from runs.pools.models import Lease
 from runs.services import dispatch
 from tests.concurrency import Worker
 from tests.runs.pools.pool_helpers import ONE_RUN, make_agent, make_pool
@@ -44,6 +48,40 @@ def test_a_held_poll_is_answered_as_soon_as_a_run_is_offered(recipe: Any, settin
 
     assert lease is not None and lease.run.plan_id == plan.pk
     assert time.monotonic() - offered_at < 1.0
+
+
+def test_a_poll_woken_with_its_lease_answers_without_the_database(
+    recipe: Any, settings: Any
+) -> None:
+    """Two held polls, two runs offered: one poll wakes and leads (it uses the database to
+    lease for both); the other is handed its lease with its answer built, and writes it with
+    no database slot and no connection (a hundred woken polls would queue for them)."""
+    settings.RUNS_AGENT_RECHECK_SECONDS = 20
+    pool = make_pool(User.objects.create_user("olga"))
+    agents = [make_agent(pool, f"host-{i}")[0] for i in range(2)]
+    launched_plan(recipe, "axes:\n  learning_rate: [0.001]\n", executor=pool.executor)
+
+    def poll(agent: Any) -> tuple[Any, bytes, bool, int]:
+        with wakeup.database_slot():  # as the agent's door holds it
+            lease = leases.lease_wait(agent=agent, wait_seconds=10)
+            assert lease is not None
+            untouched = connection.connection is None
+            with CaptureQueriesContext(connection) as queries:  # which connects
+                answer = leases.lease_answer(lease=lease)
+            return lease, answer, untouched, len(queries)
+
+    workers = [Worker(partial(poll, agent), f"held-poll-{agent.pk}") for agent in agents]
+    for worker in workers:
+        worker.start()
+    time.sleep(1.0)  # the polls are waiting now
+    dispatch.runs_dispatch()
+    outcomes = [worker.outcome() for worker in workers]
+
+    assert sorted(no_connection for _l, _a, no_connection, _q in outcomes) == [False, True]
+    assert [queries for _l, _a, _c, queries in outcomes] == [0, 0]
+    for lease, answer, _c, _q in outcomes:
+        stored = Lease.objects.select_related("run", "agent").get(pk=lease.pk)
+        assert json.loads(answer) == leases.lease_offer(lease=stored)
 
 
 def test_a_lost_wake_up_costs_only_the_re_check(
