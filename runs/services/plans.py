@@ -25,7 +25,12 @@ from runs.models import (
     RunState,
 )
 from runs.pools.models import Pool
-from runs.services.recipes import executor_problem, launch_labels_problem
+from runs.services.recipes import (
+    allowed_executor_problem,
+    allowed_executors,
+    executor_problem,
+    launch_labels_problem,
+)
 from runs.specs.ablation import Plan as PlanPreview
 from runs.specs.ablation import PlanError, RecipeSpec, build_plan
 
@@ -115,14 +120,21 @@ def plan_launch(
     ``criteria`` (metric, direction, threshold) are what the results are judged against;
     the caller passes them because runs never read proposals. The runs go to ``executor``,
     else to the recipe's, else to the site's default (a pool must exist and may run the
-    recipe). ``git_ref`` is the code version pinned at approval: every job of the plan gets it
+    recipe); one the recipe's ``launch.executors`` lists, when it has that list (then its
+    first stands for a default it leaves out). ``git_ref`` is the code version pinned at approval: every job of the plan gets it
     (``RUN_GIT_SHA``), on every executor. The recipe's time limit is taken as it is now. Expansion into runs and their dispatch
     happen in Celery after this commits (and in the reconciler, if that nudge is lost).
     """
     with transaction.atomic():
         recipe = Plan.objects.select_related("recipe").get(pk=plan_id).recipe
-        target = executor or recipe.executor or settings.RUNS_DEFAULT_EXECUTOR
+        allowed = allowed_executors(recipe.launch)
+        default = settings.RUNS_DEFAULT_EXECUTOR
+        if allowed and default not in allowed:
+            default = allowed[0]  # the recipe's list names where its runs may go
+        target = executor or recipe.executor or default
         if executor and (problem := executor_problem(executor=executor, recipe_name=recipe.name)):
+            raise ValidationError({"executor": [problem]})
+        if problem := allowed_executor_problem(recipe, target):
             raise ValidationError({"executor": [problem]})
         if recipe.requires_labels and (problem := launch_labels_problem(recipe, target)):
             raise ValidationError({"executor": [problem]})
