@@ -386,6 +386,7 @@ def lease_wait(*, agent: Agent, wait_seconds: float) -> Lease | None:
 def lease_offer(*, lease: Lease) -> dict[str, Any]:
     """What the agent needs to execute the leased run. Only this run's token; never the
     site's own secrets (the job inherits the agent's environment for its own)."""
+    from runs.executors.code import import_paths
     from runs.models import PlanLaunch
     from runs.services.dispatch import (
         PYTHON_PLACEHOLDER,
@@ -406,7 +407,11 @@ def lease_offer(*, lease: Lease) -> dict[str, Any]:
     )
     code = {}
     if launch.git_repository and run.git_sha:  # the agent runs the pinned commit's source
-        code = {"ref": run.git_sha, "archive": f"/api/v1/agent/leases/{lease.pk}/code/"}
+        code = {
+            "ref": run.git_sha,
+            "archive": f"/api/v1/agent/leases/{lease.pk}/code/",
+            "paths": import_paths(launch.git_repository),  # what goes on PYTHONPATH
+        }
     return {
         "lease": {
             "id": lease.pk,

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from marin_site.events import Verb
 from marin_site.nudges import nudge
-from runs.executors import pool_name
+from runs.executors import is_pull_executor, pool_name
+from runs.executors.code import site_checkout
 from runs.models import (
     TERMINAL_RUN_STATES,
     Plan,
@@ -140,6 +141,10 @@ def plan_launch(
             raise ValidationError({"executor": [problem]})
         if actor is not None and (problem := launcher_problem(executor=target, actor=actor)):
             raise ValidationError({"executor": [problem]})
+        repository, ref = settings.RUNS_CODE_REPOSITORY, git_ref.strip()[:255]
+        if not repository and not ref and is_pull_executor(target):
+            # An agent has no code of its own: pin the site's own commit, when it has one.
+            repository, ref = site_checkout()
         launch, created = PlanLaunch.objects.get_or_create(
             plan_id=plan_id,
             defaults={
@@ -150,8 +155,8 @@ def plan_launch(
                 "max_concurrent_runs": max_concurrent_runs,
                 "time_limit_seconds": recipe.time_limit_seconds,
                 "requires_labels": list(recipe.requires_labels or []),
-                "git_ref": git_ref.strip()[:255],
-                "git_repository": settings.RUNS_CODE_REPOSITORY if git_ref.strip() else "",
+                "git_ref": ref,
+                "git_repository": repository if ref else "",
             },
         )
         if created:
