@@ -323,6 +323,10 @@ RUNS_RAY_PYTHON = os.environ.get("RUNS_RAY_PYTHON", "")
 # Iris (runs/executors/iris.py): the controller, and the `iris` command that submits to it
 # (blank: .venv-iris/bin/iris, made by bin/setup-iris; e.g. `uv run iris` in a Marin checkout).
 RUNS_IRIS_CONTROLLER_URL = os.environ.get("RUNS_IRIS_CONTROLLER_URL", "")  # unset: runs wait
+# Or the cluster as Marin names it: `iris --cluster NAME` (found in Iris's config search
+# paths), or `iris --config PATH` (a cluster config file); one of the three, not two.
+RUNS_IRIS_CLUSTER = os.environ.get("RUNS_IRIS_CLUSTER", "")
+RUNS_IRIS_CONFIG = os.environ.get("RUNS_IRIS_CONFIG", "")
 RUNS_IRIS_COMMAND = os.environ.get("RUNS_IRIS_COMMAND", "")
 RUNS_IRIS_HOME = os.environ.get("RUNS_IRIS_HOME", "")  # the command's HOME (its credentials)
 RUNS_IRIS_JOB_PREFIX = os.environ.get("RUNS_IRIS_JOB_PREFIX", "marin-site")

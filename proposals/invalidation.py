@@ -74,6 +74,29 @@ def _recipe_shown(instance: Any, **kwargs: Any) -> Iterable[Dependency]:
     return [(PROPOSAL, pk) for pk in proposals] + [LIST_VERSION]
 
 
+def _pool_shown(instance: Any, **kwargs: Any) -> Iterable[Dependency]:
+    """Whether a proposal's author may start its dry run reads the pool its recipe goes to
+    (``runs.selectors.recipe_author_dry_runs_allowed``: the pool's ``author_dry_runs``, its
+    recipe list, whether it is retired), and its page keeps what its reader may do per
+    version of the proposal: a pool written (or renamed: its stored name too) makes the
+    proposals of the recipes naming it, or of every recipe naming none when it is the
+    site's default executor, fresh."""
+    from django.conf import settings
+
+    from runs.pools.models import Pool
+    from runs.validators import POOL_PREFIX
+
+    names = {instance.name}
+    if instance.pk is not None:
+        names |= set(Pool.objects.filter(pk=instance.pk).values_list("name", flat=True))
+    executors = {POOL_PREFIX + name for name in names}
+    query = Q(recipe__executor__in=executors)
+    if settings.RUNS_DEFAULT_EXECUTOR in executors:
+        query |= Q(recipe__executor="")
+    proposals = Proposal.objects.filter(query).values_list("pk", flat=True)
+    return [(PROPOSAL, pk) for pk in proposals]
+
+
 def _renamed(instance: Any, *, update_fields: Any = None, **kwargs: Any) -> Iterable[Dependency]:
     """A username is shown on the proposals the user wrote, reviewed, commented and acted on;
     a rename (rare) makes them all fresh, and the list (it filters by author)."""
@@ -152,6 +175,13 @@ RULES = (
         page=False,
         versions=_recipe_shown,
         signals=(post_save,),
+    ),
+    Rule(
+        "runs.Pool",
+        "who may start a proposal's dry run (its author, on a pool that allows it)",
+        page=False,
+        versions=_pool_shown,
+        signals=(pre_save, pre_delete),
     ),
     Rule(
         get_user_model()._meta.label,

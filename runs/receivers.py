@@ -73,7 +73,12 @@ def on_board_track_saved(sender: Any, instance: BoardTrack, **kwargs: Any) -> No
 def on_worker_process_start_warm_iris(**kwargs: Any) -> None:
     """A worker process that may submit to Iris starts its submitter now, so its first
     submit does not wait seconds for Iris to be imported (runs/executors/iris_process.py)."""
-    if settings.RUNS_IRIS_CONTROLLER_URL and settings.RUNS_IRIS_SUBMITTER == "process":
+    iris_set = (
+        settings.RUNS_IRIS_CONTROLLER_URL,
+        settings.RUNS_IRIS_CLUSTER,
+        settings.RUNS_IRIS_CONFIG,
+    )
+    if any(iris_set) and settings.RUNS_IRIS_SUBMITTER == "process":
         from runs.executors.iris import IrisExecutor
 
         try:

@@ -271,10 +271,10 @@ class Agent:
                 continue
             (workdir / name).write_text(content)
         self.site.download(f"/agent/{RUN_CLIENT_NAME}", workdir / RUN_CLIENT_NAME)
-        code_dir = ""
+        code_paths: list[str] = []
         if (job.get("code") or {}).get("archive"):
             try:
-                code_dir = str(self.code(job["code"]))
+                code_paths = code_import_paths(self.code(job["code"]), job["code"].get("paths"))
             except LeaseOver as exc:
                 log.warning("lease %s: over before its code came: %s", lease_id, exc)
                 return
@@ -287,7 +287,7 @@ class Agent:
         env = dict(os.environ)
         env.update({k: str(v) for k, v in job.get("env", {}).items()})
         env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(workdir), code_dir, os.environ.get("PYTHONPATH", "")) if p
+            p for p in (str(workdir), *code_paths, os.environ.get("PYTHONPATH", "")) if p
         )
         env["PYTHONUNBUFFERED"] = "1"
         log.info(
@@ -452,6 +452,22 @@ class Agent:
 
 
 # --- the command line ----------------------------------------------------------------------
+
+
+def code_import_paths(tree: Path, paths: Any) -> list[str]:
+    """The folders of an unpacked commit the job imports from: the lease's ``paths``
+    (relative to the tree; "" is its root), those that are inside it and exist; the root
+    when the lease names none."""
+    wanted = paths if isinstance(paths, list) and paths else [""]
+    root = tree.resolve()
+    found: list[str] = []
+    for item in wanted[:8]:
+        if not isinstance(item, str):
+            continue
+        folder = (root / item).resolve()
+        if folder.is_dir() and (folder == root or root in folder.parents):
+            found.append(str(folder))
+    return found
 
 
 def _extract(tar: tarfile.TarFile, into: Path) -> None:

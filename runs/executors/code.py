@@ -67,6 +67,30 @@ def _git(*args: str, cwd: Path | None = None, timeout: float = GIT_TIMEOUT_SECON
     return done.stdout
 
 
+# Where the site's own source puts what its recipes import, besides the root (``trainers``):
+# the client package (``marin_client``) lives under ``client/``.
+SITE_IMPORT_PATHS = ["", "client"]
+
+
+def site_checkout() -> tuple[str, str]:
+    """The site's own repository (its ``BASE_DIR``, when that is a git checkout) and the
+    commit at its HEAD, or ("", ""): what a pool's launch pins when nothing else is set
+    (``RUNS_CODE_REPOSITORY`` unset, no ref given), so an agent runs the site's recipes."""
+    base = Path(settings.BASE_DIR)
+    if not (base / ".git").exists():
+        return "", ""
+    try:
+        sha = _git("rev-parse", "--verify", "HEAD^{commit}", cwd=base).strip()
+    except CodeError:
+        return "", ""
+    return str(base), sha
+
+
+def import_paths(repository: str) -> list[str]:
+    """The folders of a commit's tree a job imports from (relative; "" is its root)."""
+    return list(SITE_IMPORT_PATHS) if repository == str(Path(settings.BASE_DIR)) else [""]
+
+
 def code_dir() -> Path:
     return Path(settings.RUNS_CODE_DIR)
 

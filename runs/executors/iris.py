@@ -13,7 +13,10 @@ run by Iris's own Python, runs the same command line in-process (``iris_process`
 job's ``--timeout``. The controller is
 read through the same RPCs ``iris rpc controller get-job-status`` / ``list-jobs`` /
 ``terminate-job`` call, in Connect's JSON over HTTP (a fraction of a second where the
-command takes seconds to start).
+command takes seconds to start). A cluster named as Marin names it (``RUNS_IRIS_CLUSTER``:
+``iris --cluster NAME``) or by its config file (``RUNS_IRIS_CONFIG``: ``--config PATH``) is
+reached only through the command, which opens the way to its controller: every call names
+it, and the RPCs are ``iris rpc controller ...`` run by the long-lived submitter.
 
 The job's name is ``RUNS_IRIS_JOB_PREFIX`` and the job id (run and attempt), so it is
 stable: ``submit`` looks the name up first and returns the job found, and Iris itself
@@ -75,6 +78,36 @@ TIMED_OUT = re.compile(r"timeout exceeded|timed out", re.IGNORECASE)
 BACKOFF_KEY = "runs:iris:backoff"
 ENV_FILE = ".marin.yaml"
 ANSWER_MAX_BYTES = 8 * 1024 * 1024
+CLUSTER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
+NOT_FOUND = re.compile(r"\bnot[ _]found\b", re.IGNORECASE)
+NOT_SET_UP = (
+    "no Iris controller is set up on this site "
+    "(RUNS_IRIS_CONTROLLER_URL, RUNS_IRIS_CLUSTER or RUNS_IRIS_CONFIG)"
+)
+
+
+def target_problem(*, controller_url: str, cluster: str, config: str) -> str:
+    """Why the site's Iris cluster is not set up right ("" when it is): exactly one of a
+    controller's URL, a named cluster (``iris --cluster``) or a cluster config file
+    (``iris --config``)."""
+    given = [
+        name
+        for name, value in (
+            ("RUNS_IRIS_CONTROLLER_URL", controller_url),
+            ("RUNS_IRIS_CLUSTER", cluster),
+            ("RUNS_IRIS_CONFIG", config),
+        )
+        if value
+    ]
+    if not given:
+        return NOT_SET_UP
+    if len(given) > 1:
+        return f"Iris is set up more than once ({' and '.join(given)}): set only one of them"
+    if cluster and not CLUSTER_NAME.match(cluster):
+        return f"RUNS_IRIS_CLUSTER '{cluster[:60]}' is no cluster name (letters, digits, '.-_')"
+    if config and not Path(config).is_file():
+        return f"RUNS_IRIS_CONFIG: there is no cluster config at {config[:200]}"
+    return ""
 
 
 def _field(data: dict[str, Any], name: str, default: Any = None) -> Any:
@@ -171,17 +204,46 @@ class IrisExecutor:
         controller_url: str | None = None,
         command: str | None = None,
         home: str | None = None,
+        cluster: str | None = None,
+        config: str | None = None,
     ) -> None:
         url = controller_url if controller_url is not None else settings.RUNS_IRIS_CONTROLLER_URL
         self.controller_url = url.rstrip("/")
+        self.cluster = cluster if cluster is not None else settings.RUNS_IRIS_CLUSTER
+        self.config = config if config is not None else settings.RUNS_IRIS_CONFIG
         self.command = shlex.split(command or settings.RUNS_IRIS_COMMAND or default_command())
         self.home = home if home is not None else settings.RUNS_IRIS_HOME
+
+    # -- which cluster ---------------------------------------------------------------------
+
+    def set_up_problem(self) -> str:
+        return target_problem(
+            controller_url=self.controller_url, cluster=self.cluster, config=self.config
+        )
+
+    def target(self) -> list[str]:
+        """The ``iris`` options naming the cluster, first on every command line."""
+        if self.controller_url:
+            return ["--controller-url", self.controller_url]
+        if self.cluster:
+            return ["--cluster", self.cluster]
+        return ["--config", self.config]
+
+    def where(self) -> str:
+        """The cluster, as a reason names it."""
+        if self.controller_url:
+            return f"Iris at {self.controller_url}"
+        return f"Iris cluster {self.cluster}" if self.cluster else f"Iris ({self.config})"
 
     # -- the controller's RPCs, in Connect's JSON ------------------------------------------
 
     def _rpc(self, method: str, body: dict[str, Any], *, timeout: float = 10.0) -> dict[str, Any]:
         """One controller RPC; ExecutorError when the controller does not answer or refuses
-        (``not_found`` is raised as LookupError)."""
+        (``not_found`` is raised as LookupError). With a named cluster or a config file (no
+        URL the site can reach by itself: Iris opens the tunnel) it is ``iris rpc
+        controller``, in the long-lived submitter when there is one."""
+        if not self.controller_url:
+            return self._rpc_by_command(method, body, timeout=timeout)
         request = urllib.request.Request(  # noqa: S310  (the configured controller's URL)
             f"{self.controller_url}/{SERVICE}/{method}",
             data=json.dumps(body).encode(),
@@ -207,6 +269,28 @@ class IrisExecutor:
                 f"Iris at {self.controller_url} does not answer: {getattr(exc, 'reason', exc)}"
             ) from exc
 
+    def _rpc_by_command(
+        self, method: str, body: dict[str, Any], *, timeout: float
+    ) -> dict[str, Any]:
+        kebab = re.sub(r"(?<!^)(?=[A-Z])", "-", method).lower()
+        command = [*self.command, *self.target(), "rpc", "controller", kebab, "--json"]
+        answer = self._run(
+            [*command, json.dumps(body)],
+            cwd=None,
+            timeout=max(timeout, settings.RUNS_IRIS_SUBMIT_TIMEOUT),
+            submit=True,
+        )
+        if answer.returncode != 0:
+            gist = _last_error(answer.stderr, {})
+            if NOT_FOUND.search(gist):
+                raise LookupError(gist)
+            raise ExecutorError(f"{self.where()} does not answer {method}: {gist}")
+        start = answer.stdout.find("{")
+        try:
+            return dict(json.loads(answer.stdout[start:] if start >= 0 else "{}"))
+        except ValueError as exc:
+            raise ExecutorError(f"{self.where()} answered {method} with no JSON") from exc
+
     def _auth(self) -> dict[str, str]:
         token = os.environ.get("RUNS_IRIS_TOKEN", "")
         return {"Authorization": f"Bearer {token}"} if token else {}
@@ -223,8 +307,8 @@ class IrisExecutor:
     # -- the interface ---------------------------------------------------------------------
 
     def unavailable(self) -> str:
-        if not self.controller_url:
-            return "no Iris controller is set up on this site (RUNS_IRIS_CONTROLLER_URL)"
+        if problem := self.set_up_problem():
+            return problem
         program = self.command[0]
         if not (Path(program).is_absolute() and Path(program).exists()) and not _which(program):
             return f"the Iris command '{program[:80]}' is not installed (bin/setup-iris)"
@@ -259,10 +343,8 @@ class IrisExecutor:
         return JOB_NAME.sub("-", f"{prefix}-{job.job_id}" if prefix else job.job_id)[:120]
 
     def submit(self, job: JobSpec) -> str:
-        if not self.controller_url:
-            raise ExecutorError(
-                "no Iris controller is set up on this site (RUNS_IRIS_CONTROLLER_URL)"
-            )
+        if problem := self.set_up_problem():
+            raise ExecutorError(problem)
         name = self.job_name(job)
         try:
             found = self.job_by_name(name)
@@ -323,8 +405,7 @@ class IrisExecutor:
             argv = [launcher, "-c", CHDIR_LAUNCHER % (str(workdir), json.dumps(argv))]
         command = [
             *self.command,
-            "--controller-url",
-            self.controller_url,
+            *self.target(),
             "job",
             "run",
             "--no-wait",
@@ -394,8 +475,7 @@ class IrisExecutor:
             answer = self._run(
                 [
                     *self.command,
-                    "--controller-url",
-                    self.controller_url,
+                    *self.target(),
                     "job",
                     "logs",
                     "--tail",
@@ -434,7 +514,7 @@ class IrisExecutor:
     def warm(self) -> None:
         """Start this process's submitter now (a worker's start), so that its first submit
         does not wait for Iris to be imported; nothing when none is configured."""
-        if self.controller_url and (python := self._submitter_python()):
+        if not self.set_up_problem() and (python := self._submitter_python()):
             submitter = submitter_for(python, self._environ(None))
             with submitter.lock:
                 if not submitter.alive():

@@ -492,11 +492,16 @@ def _offer(
     git_repository: str,
     env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
+    from runs.executors.code import import_paths
     from runs.services.dispatch import PYTHON_PLACEHOLDER, run_config_file, run_job_env
 
     code = {}
     if git_repository and run.git_sha:  # the agent runs the pinned commit's source
-        code = {"ref": run.git_sha, "archive": f"/api/v1/agent/leases/{lease.pk}/code/"}
+        code = {
+            "ref": run.git_sha,
+            "archive": f"/api/v1/agent/leases/{lease.pk}/code/",
+            "paths": import_paths(git_repository),  # what goes on PYTHONPATH
+        }
     return {
         "lease": {
             "id": lease.pk,

@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from marin_site.events import Verb
 from marin_site.nudges import nudge
-from runs.executors import pool_name
+from runs.executors import is_pull_executor, pool_name
+from runs.executors.code import site_checkout
 from runs.models import (
     TERMINAL_RUN_STATES,
     Plan,
@@ -25,7 +26,12 @@ from runs.models import (
     RunState,
 )
 from runs.pools.models import Pool
-from runs.services.recipes import executor_problem, launch_labels_problem
+from runs.services.recipes import (
+    allowed_executor_problem,
+    allowed_executors,
+    executor_problem,
+    launch_labels_problem,
+)
 from runs.specs.ablation import Plan as PlanPreview
 from runs.specs.ablation import PlanError, RecipeSpec, build_plan
 
@@ -115,19 +121,30 @@ def plan_launch(
     ``criteria`` (metric, direction, threshold) are what the results are judged against;
     the caller passes them because runs never read proposals. The runs go to ``executor``,
     else to the recipe's, else to the site's default (a pool must exist and may run the
-    recipe). ``git_ref`` is the code version pinned at approval: every job of the plan gets it
+    recipe); one the recipe's ``launch.executors`` lists, when it has that list (then its
+    first stands for a default it leaves out). ``git_ref`` is the code version pinned at approval: every job of the plan gets it
     (``RUN_GIT_SHA``), on every executor. The recipe's time limit is taken as it is now. Expansion into runs and their dispatch
     happen in Celery after this commits (and in the reconciler, if that nudge is lost).
     """
     with transaction.atomic():
         recipe = Plan.objects.select_related("recipe").get(pk=plan_id).recipe
-        target = executor or recipe.executor or settings.RUNS_DEFAULT_EXECUTOR
+        allowed = allowed_executors(recipe.launch)
+        default = settings.RUNS_DEFAULT_EXECUTOR
+        if allowed and default not in allowed:
+            default = allowed[0]  # the recipe's list names where its runs may go
+        target = executor or recipe.executor or default
         if executor and (problem := executor_problem(executor=executor, recipe_name=recipe.name)):
+            raise ValidationError({"executor": [problem]})
+        if problem := allowed_executor_problem(recipe, target):
             raise ValidationError({"executor": [problem]})
         if recipe.requires_labels and (problem := launch_labels_problem(recipe, target)):
             raise ValidationError({"executor": [problem]})
         if actor is not None and (problem := launcher_problem(executor=target, actor=actor)):
             raise ValidationError({"executor": [problem]})
+        repository, ref = settings.RUNS_CODE_REPOSITORY, git_ref.strip()[:255]
+        if not repository and not ref and is_pull_executor(target):
+            # An agent has no code of its own: pin the site's own commit, when it has one.
+            repository, ref = site_checkout()
         launch, created = PlanLaunch.objects.get_or_create(
             plan_id=plan_id,
             defaults={
@@ -138,8 +155,8 @@ def plan_launch(
                 "max_concurrent_runs": max_concurrent_runs,
                 "time_limit_seconds": recipe.time_limit_seconds,
                 "requires_labels": list(recipe.requires_labels or []),
-                "git_ref": git_ref.strip()[:255],
-                "git_repository": settings.RUNS_CODE_REPOSITORY if git_ref.strip() else "",
+                "git_ref": ref,
+                "git_repository": repository if ref else "",
             },
         )
         if created:

@@ -93,12 +93,8 @@ def recipe_validate(*, data: dict[str, Any]) -> None:
     ).items():
         errors.setdefault(field, []).extend(messages)
     requires_labels = _requires_labels(data, errors)
-    if problem := executor_problem(
-        executor=data.get("executor") or "",
-        recipe_name=data.get("name"),
-        requires_labels=requires_labels,
-    ):
-        errors["executor"] = [problem]
+    for field, messages in _where_problems(data, requires_labels).items():
+        errors.setdefault(field, []).extend(messages)
     if resource_problems := resources_problems(data.get("resources")):
         errors["resources"] = resource_problems
     time_limit = data.get("time_limit_seconds")
@@ -236,6 +232,57 @@ def recipe_load(*, actor: User | AnonymousUser | None, data: dict[str, Any]) -> 
     if all(getattr(recipe, field) == wanted[field] for field in RECIPE_FIELDS):
         return recipe, "unchanged"
     return recipe_update(recipe=recipe, data=wanted), "updated"
+
+
+def _where_problems(data: dict[str, Any], requires_labels: list[str]) -> dict[str, list[str]]:
+    """Why the recipe's ``executor`` and its ``launch.executors`` cannot be saved, by field."""
+    problems: dict[str, list[str]] = {}
+    if problem := executor_problem(
+        executor=data.get("executor") or "",
+        recipe_name=data.get("name"),
+        requires_labels=requires_labels,
+    ):
+        problems["executor"] = [problem]
+    if listed := allowed_executors_problems(data):
+        problems["launch"] = listed
+    return problems
+
+
+def allowed_executors(launch: Any) -> list[str]:
+    """The executors and pools a recipe's ``launch.executors`` allows (empty: any)."""
+    found = launch.get("executors") if isinstance(launch, dict) else None
+    return [name for name in found if isinstance(name, str)] if isinstance(found, list) else []
+
+
+def allowed_executors_problems(data: dict[str, Any]) -> list[str]:
+    """Why a recipe's ``launch.executors`` cannot be saved: a name that is no executor of
+    the site, or a recipe ``executor`` outside the list. A pool is named by ``pool:<name>``;
+    whether it exists is asked at approval, as for a launch's own choice."""
+    allowed = allowed_executors(data.get("launch"))
+    problems = [
+        f"executors: '{name[:60]}' is no executor; use {', '.join(EXECUTORS)} or pool:<name>"
+        for name in allowed
+        if name not in EXECUTORS and not pool_name(name)
+    ]
+    own = data.get("executor") or ""
+    if allowed and own and own not in allowed:
+        problems.append(
+            f"executors: the recipe's own executor '{own[:60]}' is not in the list "
+            f"({', '.join(allowed)})"
+        )
+    return problems
+
+
+def allowed_executor_problem(recipe: Recipe, executor: str) -> str:
+    """Why a launch of ``recipe`` may not go to ``executor`` (not in its ``launch.executors``),
+    or "" when it may (no list: any)."""
+    allowed = allowed_executors(recipe.launch)
+    if not allowed or executor in allowed:
+        return ""
+    return (
+        f"recipe '{recipe.name}' may run only on {', '.join(allowed)} (its launch.executors), "
+        f"not on '{executor[:60]}'"
+    )
 
 
 def executor_problem(

@@ -60,7 +60,16 @@ SECRET_JOB_ENV = frozenset({"RUN_TOKEN", "MLFLOW_TRACKING_TOKEN"})
 
 OVERRIDE_MODES = ("config_file", "flags", "env")
 FLAG_STYLES = ("space", "equals")
-LAUNCH_KEYS = ("overrides", "flag_style", "env_prefix", "env", "dry_run", "trainings")
+LAUNCH_KEYS = (
+    "overrides",
+    "flag_style",
+    "env_prefix",
+    "env",
+    "dry_run",
+    "trainings",
+    "executors",
+)
+MAX_EXECUTORS = 20
 DRY_RUN_KEYS = ("append", "drop")
 MAX_ARGS = 200
 MAX_ENV = 50
@@ -83,6 +92,9 @@ class Launch:
     dry_run_append: list[str] = field(default_factory=list)
     dry_run_drop: list[str] = field(default_factory=list)
     trainings: str = ""  # "" (one run per job) or "plan": one job trains the plan's runs
+    # The executors and pools a launch may choose (empty: any); names checked by
+    # runs.services.recipes.recipe_validate, the choice by runs.services.plans.plan_launch.
+    executors: list[str] = field(default_factory=list)
 
     @classmethod
     def from_data(cls, data: Any) -> Launch:
@@ -101,6 +113,7 @@ class Launch:
             dry_run_append=list(dry.get("append") or []),
             dry_run_drop=list(dry.get("drop") or []),
             trainings=data.get("trainings") or "",
+            executors=list(data.get("executors") or []),
         )
 
 
@@ -270,7 +283,7 @@ def launch_shape_problems(data: Any) -> list[str]:
     if data in (None, {}):
         return []
     if not isinstance(data, dict):
-        return ["must be a mapping (overrides, flag_style, env_prefix, env, dry_run, trainings)"]
+        return [f"must be a mapping ({', '.join(LAUNCH_KEYS)})"]
     problems = [
         f"'{str(key)[:40]}' is not a launch option (they are: {', '.join(LAUNCH_KEYS)})"
         for key in data
@@ -304,6 +317,16 @@ def launch_shape_problems(data: Any) -> list[str]:
                 problems.append(f"dry_run.{key} must be a list of arguments")
     if data.get("trainings", "") not in ("", "plan"):
         problems.append("trainings must be 'plan' (one job trains the plan's runs) or left out")
+    executors = data.get("executors", [])
+    if (
+        not isinstance(executors, list)
+        or len(executors) > MAX_EXECUTORS
+        or not all(isinstance(name, str) and name for name in executors)
+    ):
+        problems.append(
+            f"executors must be a list of at most {MAX_EXECUTORS} executor names "
+            "(local, ray, iris, pool:<name>)"
+        )
     return problems
 
 

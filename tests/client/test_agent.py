@@ -245,3 +245,89 @@ def test_an_agent_given_a_commit_that_does_not_exist_fails_the_run_and_starts_no
     assert done.failure_kind == "config"
     assert f"commit {'e' * 40} does not exist" in done.state_reason
     assert not (tmp_path / "work" / f"run-{run.pk}" / "attempt-1" / "which.json").exists()
+
+
+# Nothing pinned and no RUNS_CODE_REPOSITORY: a pool's launch pins the site's own HEAD, and
+# the agent runs the shipped tiny recipe from that commit's archive, on a Python that has
+# numpy but not the site's code (an outsider's machine), started outside the project.
+
+
+def outsider_python(tmp_path: Path) -> str:
+    """A Python with numpy and nothing of the site: a fresh venv seeing this one's
+    site-packages as a plain folder (so the site's editable install is not read)."""
+    import sysconfig
+
+    env = tmp_path / "outsider"
+    subprocess.run(  # noqa: S603
+        [sys.executable, "-m", "venv", "--without-pip", str(env)], check=True, timeout=120
+    )
+    python = str(env / "bin" / "python")
+    purelib = subprocess.run(  # noqa: S603
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    Path(purelib, "numpy-only.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+def test_a_fresh_agent_runs_the_tiny_recipe_from_the_site_s_own_commit(
+    site: str, tmp_path: Path, recipe: Any, settings: Any
+) -> None:
+    from runs.executors.code import site_checkout
+
+    settings.RUNS_CODE_REPOSITORY, settings.RUNS_CODE_DIR = "", tmp_path / "site-code"
+    repository, head = site_checkout()
+    assert (repository, len(head)) == (str(settings.BASE_DIR), 40)  # the site is a checkout
+    python = outsider_python(tmp_path)
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    for module in ("trainers.tiny_moe", "marin_client.client", "runs"):
+        probe = subprocess.run(  # noqa: S603
+            [python, "-c", f"import {module}"],
+            cwd=outside,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert probe.returncode != 0 and "No module named" in probe.stderr, module
+    subprocess.run([python, "-c", "import numpy"], cwd=outside, check=True)  # noqa: S603
+
+    owner = User.objects.create_user("olga")
+    pool = make_pool(owner)
+    plan = launched_plan(Recipe.objects.get(), ONE_RUN, executor=pool.executor)  # no ref
+    launch = PlanLaunch.objects.get(plan=plan)
+    assert (launch.git_repository, launch.git_ref) == (repository, head)
+    Run.objects.filter(plan=plan).update(config={**Run.objects.get(plan=plan).config, "steps": 20})
+    dispatch.runs_dispatch()
+    _row, token = services.registration_token_create(actor=owner, pool_id=pool.pk)
+    base = [python, "-I", str(AGENT), "--state", str(tmp_path / "agent.json")]
+    subprocess.run(  # noqa: S603
+        [*base, "register", "--url", site, "--token", token, "--name", "box"],
+        cwd=outside,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    with (tmp_path / "agent.log").open("wb") as log:
+        proc = subprocess.Popen(  # noqa: S603
+            [*base, "run", "--work-dir", str(tmp_path / "work"), "--wait", "2", "--once"],
+            cwd=outside,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path)},
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
+    STARTED.append(proc)
+    assert proc.wait(timeout=300) == 0, (tmp_path / "agent.log").read_text()[-3000:]
+    run = Run.objects.get(plan=plan)
+    job_log = "".join(
+        path.read_text(errors="replace") for path in (tmp_path / "work").rglob("*.log")
+    )
+    assert run.state == RunState.FINISHED, (run.state_reason, job_log[-3000:])
+    assert (run.git_sha, run.git_clean) == (head, True)
+    assert "No module named" not in job_log
+    assert (tmp_path / "work" / "code" / head / "trainers" / "tiny_moe" / "train.py").exists()
+    from runs.models import MetricPoint
+
+    assert MetricPoint.objects.filter(run=run, key="train/loss").count() == 20

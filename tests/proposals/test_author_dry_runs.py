@@ -152,3 +152,77 @@ def test_a_pool_s_setting_is_kept_from_the_api_and_the_form(
     assert Pool.objects.get(name="lab3").author_dry_runs is True
     page = client.get("/pools/lab3/").content.decode()
     assert "authors may start their proposals" in page
+
+
+def test_a_pool_s_setting_changes_the_kept_page_without_touching_the_proposal(
+    client: Any,
+    contributor: User,
+    recipe: Recipe,
+    maintainer: User,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    """The page keeps what its reader may do per version of the proposal: a write of the
+    pool its recipe goes to (its setting, its recipe list, its retirement) makes it fresh."""
+    from django.core.cache import cache
+    from django.utils import timezone
+
+    settings.FRAGMENT_CACHE_SECONDS = 600
+    cache.clear()
+    pool = on_pool(recipe, maintainer)
+    proposal = submitted(contributor, recipe)
+    version = Proposal.objects.filter(pk=proposal.pk).values_list("updated_at").get()
+    client.force_login(contributor)
+
+    def button() -> bool:
+        allowed_action_names_forget()
+        return "Start a dry run" in client.get(f"/proposals/{proposal.pk}/").content.decode()
+
+    def saved(**fields: Any) -> None:
+        found = Pool.objects.get(pk=pool.pk)
+        for name, value in fields.items():
+            setattr(found, name, value)
+        with django_capture_on_commit_callbacks(execute=True):
+            found.save()
+
+    assert not button()
+    assert not button()  # now kept
+    saved(author_dry_runs=True)
+    assert button()
+    saved(recipes=["another-recipe"])
+    assert not button()
+    saved(recipes=[recipe.name])
+    assert button()
+    saved(retired_at=timezone.now())
+    assert not button()
+    saved(retired_at=None)
+    assert button()
+    saved(author_dry_runs=False)
+    assert not button()
+    # The proposal itself was never written.
+    assert Proposal.objects.filter(pk=proposal.pk).values_list("updated_at").get() == version
+
+
+def test_the_default_executor_s_pool_makes_fresh_the_proposals_of_recipes_naming_none(
+    client: Any,
+    contributor: User,
+    recipe: Recipe,
+    maintainer: User,
+    settings: Any,
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    from django.core.cache import cache
+
+    settings.FRAGMENT_CACHE_SECONDS = 600
+    cache.clear()
+    pool = make_pool(maintainer, name="lab", labels=[])
+    Recipe.objects.filter(pk=recipe.pk).update(executor="")
+    settings.RUNS_DEFAULT_EXECUTOR = pool.executor
+    proposal = submitted(contributor, recipe)
+    client.force_login(contributor)
+    assert "Start a dry run" not in client.get(f"/proposals/{proposal.pk}/").content.decode()
+    pool.author_dry_runs = True
+    with django_capture_on_commit_callbacks(execute=True):
+        pool.save()
+    allowed_action_names_forget()
+    assert "Start a dry run" in client.get(f"/proposals/{proposal.pk}/").content.decode()
