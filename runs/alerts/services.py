@@ -23,6 +23,7 @@ import orjson
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from psycopg.types.numeric import Int8
 
 from marin_site.db import server_binding_cursor
 from marin_site.doors import Door
@@ -333,6 +334,30 @@ def _alerts_fold(
     return changed, changes
 
 
+# The watches this process last wrote without a lock, per run, with the row versions its
+# write left (``_alerts_fold_unlocked``): the next batch of the run folds into them without
+# reading them back. A copy is taken out while a batch uses it and put back only after a
+# write that held for every row, so a failed or lost write leaves none behind.
+_KNOWN_RUNS = 1_000
+_known: dict[int, dict[tuple[str, str], _Watch]] = {}
+
+WATCH_WRITE = f"""
+WITH written AS (
+    UPDATE {WATCH_TABLE} AS w SET state = v.state::jsonb, updated_at = now()
+    FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(versions)s::text[])
+        AS v(id, state, version),
+    -- The statement is its own transaction: its commit need not wait for the disk.
+    (SELECT set_config('synchronous_commit', 'off', true)) AS quiet
+    WHERE w.id = v.id AND w.xmin = v.version::xid
+    RETURNING w.id, w.xmin::text AS version
+)
+SELECT id, version FROM written
+UNION ALL
+SELECT id, NULL FROM {WATCH_TABLE}
+WHERE %(probe)s AND run_id = %(run)s AND kind = %(nan)s AND key = ANY(%(keys)s::text[])
+    AND state->>'open_step' IS NOT NULL"""  # noqa: S608  (the table name is ours; values are parameters)
+
+
 def _alerts_fold_unlocked(
     *,
     run: Run,
@@ -341,18 +366,29 @@ def _alerts_fold_unlocked(
     batch_keys: set[str],
     columns: dict[str, tuple[list[int], list[float]]],
 ) -> bool:
-    """The lock-free form of ``alerts_evaluate`` (PostgreSQL, no transaction open): read
-    the watches with their row versions (``xmin``), fold the batch, and write the states
-    back in one autocommitted statement, each row only if its version is still the one read.
-    True when that settled the batch: every watch existed, nothing opened or closed, and
-    every row was written. False leaves the batch to the locked form (rows this one did
-    write have moved past the batch's steps, which the locked form then skips)."""
-    watches = _watches_locked(run.pk, {key for _, key in wanted}, lock=False)
-    nan_watches = _nan_watches(watches, batch_keys)
-    if not wanted and not nan_watches:
-        return True
-    if any(pair not in watches for pair in wanted):
-        return False
+    """The lock-free form of ``alerts_evaluate`` (PostgreSQL, no transaction open): fold the
+    batch into the watches as this process last wrote them (``_known``), or as read with
+    their row versions (``xmin``) when it has none, and write the states back in one
+    autocommitted statement, each row only if its version is still the one known. True when
+    that settled the batch: every watch existed, nothing opened or closed, and every row was
+    written. False leaves the batch to the locked form (rows this one did write have moved
+    past the batch's steps, which the locked form then skips).
+
+    Folded from the process's copy, the statement also says whether the batch's keys have an
+    open NaN watch (one opened by a refused batch, in any process): finite values may close
+    it, which the locked form does."""
+    known = _known.pop(run.pk, None)
+    if known is not None and all(pair in known for pair in wanted):
+        watches = {pair: known[pair] for pair in wanted}
+        nan_watches: dict[str, _Watch] = {}
+    else:
+        known = None
+        watches = _watches_locked(run.pk, {key for _, key in wanted}, lock=False)
+        nan_watches = _nan_watches(watches, batch_keys)
+        if not wanted and not nan_watches:
+            return True
+        if any(pair not in watches for pair in wanted):
+            return False
     changed, changes = _alerts_fold(
         run=run,
         watched=watched,
@@ -364,23 +400,38 @@ def _alerts_fold_unlocked(
     if changes:
         return False
     if not changed:
-        return True
-    texts = [orjson.dumps(w.state).decode() for w in changed]
+        # Nothing new for the watches: read, that settles it; from the copy, the NaN watches
+        # were not looked at (the locked form does).
+        return known is None
     with server_binding_cursor() as cursor:
         pg_arrays.register(cursor.cursor)
         cursor.execute(
-            f"UPDATE {WATCH_TABLE} AS w SET state = v.state::jsonb, updated_at = now() "  # noqa: S608
-            "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS v(id, state, version), "
-            # The statement is its own transaction: its commit need not wait for the disk.
-            "(SELECT set_config('synchronous_commit', 'off', true)) AS quiet "
-            "WHERE w.id = v.id AND w.xmin = v.version::xid",
-            [
-                pg_arrays.int8_array([w.pk for w in changed]),
-                pg_arrays.text_array(texts),
-                pg_arrays.text_array([w.version for w in changed]),
-            ],
+            WATCH_WRITE,
+            {
+                "ids": pg_arrays.int8_array([w.pk for w in changed]),
+                "states": pg_arrays.text_array([orjson.dumps(w.state).decode() for w in changed]),
+                "versions": pg_arrays.text_array([w.version for w in changed]),
+                "probe": known is not None,
+                "run": Int8(run.pk),
+                "nan": str(AlertKind.NAN),
+                "keys": pg_arrays.text_array(sorted(batch_keys)),
+            },
         )
-        return int(cursor.rowcount) == len(changed)
+        rows = cursor.fetchall()
+    versions = {pk: version for pk, version in rows if version is not None}
+    if len(versions) != len(changed) or len(rows) != len(versions):
+        return False
+    for watch in changed:
+        watch.version = versions[watch.pk]
+    if len(_known) >= _KNOWN_RUNS:
+        _known.clear()
+    _known[run.pk] = {pair: w for pair, w in watches.items() if pair[0] != AlertKind.NAN}
+    return True
+
+
+def alerts_forget() -> None:
+    """Drop this process's copies of the watches (tests; they are checked at every write)."""
+    _known.clear()
 
 
 def alerts_not_finite(*, run: Run, first_steps: dict[str, int], door: str = Door.SYSTEM) -> int:
