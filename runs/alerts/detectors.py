@@ -283,22 +283,18 @@ def _shift_feed_windows(
         series = np.asarray(stream, dtype=float)
         level_rows = row_medians(windows_of(series, recent_size)[known + first + 1 - recent_size :])
         fraction, amount = params.get("fraction", 0.0), params.get("amount", 0.0)
-        # Closed, a batch in which no point opens an alert is compared at once; otherwise
-        # (or open) the walk goes point by point.
-        quiet = (
-            None
-            if is_open
-            else _shift_quiet(
-                series,
-                known=known,
-                points=range(first, len(kept)),
-                levels=level_rows,
-                reference=reference,
-                params=params,
-                falling=falling,
-            )
+        # A batch that neither opens nor closes an alert is compared at once; one that may,
+        # goes point by point.
+        quiet = _shift_quiet(
+            series,
+            known=known,
+            points=range(first, len(kept)),
+            levels=level_rows,
+            watch=(is_open, calm, reference),
+            params=params,
+            falling=falling,
         )
-        reference = reference if quiet is None else quiet
+        reference, calm = (reference, calm) if quiet is None else quiet
         for j in range(first, len(kept)) if quiet is None else ():
             end = known + j + 1
             step, value = kept[j]
@@ -367,16 +363,29 @@ def _shift_quiet(
     known: int,
     points: range,
     levels: np.ndarray,
-    reference: float | None,
+    watch: tuple[bool, int, float | None],
     params: dict[str, Any],
     falling: bool,
-) -> float | None:
-    """For a closed watch, the batch's points (``points``: their places among the kept new
-    points, whose recent medians are ``levels``) compared at once: the baseline in force at
-    each point is the one the walk of ``_shift_feed_windows`` would take (its median taken
-    at the batch's first point when there is none yet, then every ``recent`` points). The
-    reference the walk ends with when no point opens an alert, or None when one may (the
-    walk then says which, and what follows)."""
+) -> tuple[float, int] | None:
+    """The batch's points (``points``: their places among the kept new points, whose recent
+    medians are ``levels``) compared at once, for a watch (open, calm points, reference) as
+    ``_shift_feed_windows`` walks it: the reference it ends with and its calm points when no
+    point opens or closes an alert, or None when one may (the walk then says which, and what
+    follows). Closed, the baseline in force at each point is the one the walk would take
+    (its median taken at the batch's first point when there is none yet, then every
+    ``recent`` points); open, the baseline is frozen and the calm points are counted."""
+    is_open, calm, reference = watch
+    fraction, amount = params.get("fraction", 0.0), params.get("amount", 0.0)
+    if is_open:
+        if reference is None:
+            return None
+        good = (
+            levels >= reference * (1 - fraction / 2)
+            if falling
+            else levels <= reference + amount / 2
+        )
+        after = calm_after(good, calm, params["calm_points"])
+        return None if after is None else (reference, after)
     recent, base = params["recent"], params["baseline"]
     start = points.start if reference is None else points.start + recent
     refreshes = range(start, points.stop, recent)
@@ -388,13 +397,24 @@ def _shift_quiet(
     in_force = [math.nan if reference is None else reference, *taken]
     bounds = [points.start, *refreshes, points.stop]
     baseline = np.repeat(np.asarray(in_force, dtype=float), np.diff(bounds))
-    if falling:
-        opens = levels < baseline * (1 - params.get("fraction", 0.0))
-    else:
-        opens = levels > baseline + params.get("amount", 0.0)
+    opens = levels < baseline * (1 - fraction) if falling else levels > baseline + amount
     if opens.any():
         return None
-    return in_force[-1]
+    return in_force[-1], calm
+
+
+def calm_after(good: np.ndarray, calm: int, needed: int) -> int | None:
+    """An open alert's count of calm points in a row after a batch whose points are calm
+    where ``good`` says, from ``calm`` before it; None when the count reaches ``needed``
+    somewhere in the batch (the alert closes there)."""
+    broken = np.flatnonzero(~good)
+    if not broken.size:
+        after = calm + len(good)
+        return None if after >= needed else after
+    first = int(broken[0])  # calm points before the first point that is not
+    longest = max(calm + first if first else 0, int(np.diff(broken).max(initial=1)) - 1)
+    trailing = len(good) - 1 - int(broken[-1])
+    return None if max(longest, trailing) >= needed else trailing
 
 
 def _shift_feed_loop(

@@ -241,11 +241,19 @@ def test_a_closed_watch_compared_at_once_keeps_the_baseline_the_walk_keeps(
     threshold: float,
     falling: bool,
 ) -> None:
-    """Noise on every point, so each baseline's median differs from the next one's: the
-    batch that stays closed (compared at once) ends with the baseline the walk would end
-    with, and a threshold within the noise opens and closes where the walk says."""
+    """Noise on every point, so each baseline's median differs from the next one's: a batch
+    that stays closed or stays open (compared at once) ends with the baseline and calm
+    points the walk would end with, and alerts open and close where the walk says."""
     rng = random.Random(seed)  # noqa: S311  (test data, not secrets)
-    values = [100.0 + rng.gauss(0, 1.0) for _ in range(length)]
+    # A level that moves past the opening threshold and then hovers at the closing one (half
+    # of it), in noise of a few tenths of the threshold: both comparisons are close calls.
+    sign = -1 if falling else 1
+    levels = [0.0, 2.0, 0.5, 0.0, 0.5, 2.0]
+    values = [
+        100.0 * (1 + sign * threshold * levels[i * len(levels) // length])
+        + rng.gauss(0, 100.0 * threshold * rng.choice([0.1, 0.4]))
+        for i in range(length)
+    ]
     params = {
         "recent": recent,
         "baseline": baseline,
@@ -264,3 +272,20 @@ def test_a_closed_watch_compared_at_once_keeps_the_baseline_the_walk_keeps(
     cuts = [c for c in cuts if c < length]
     expected = run_through(reference, params, values, cuts, falling)
     assert run_through(detectors.shift_feed, params, values, cuts, falling) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    good=st.lists(st.booleans(), min_size=1, max_size=40),
+    calm=st.integers(0, 6),
+    needed=st.integers(1, 6),
+)
+def test_calm_points_counted_at_once_are_the_walks(good: list[bool], calm: int, needed: int) -> None:
+    """An open alert's calm points after a batch, counted at once, are what a walk counts;
+    None exactly when the walk reaches ``needed`` (the alert closes in the batch)."""
+    count, closes = calm, False
+    for is_good in good:
+        count = count + 1 if is_good else 0
+        closes = closes or count >= needed
+    expected = None if closes else count
+    assert detectors.calm_after(np.asarray(good), calm, needed) == expected
