@@ -280,7 +280,9 @@ def test_a_closed_watch_compared_at_once_keeps_the_baseline_the_walk_keeps(
     calm=st.integers(0, 6),
     needed=st.integers(1, 6),
 )
-def test_calm_points_counted_at_once_are_the_walks(good: list[bool], calm: int, needed: int) -> None:
+def test_calm_points_counted_at_once_are_the_walks(
+    good: list[bool], calm: int, needed: int
+) -> None:
     """An open alert's calm points after a batch, counted at once, are what a walk counts;
     None exactly when the walk reaches ``needed`` (the alert closes in the batch)."""
     count, closes = calm, False
