@@ -12,6 +12,7 @@ linked issue and mails the proposal's followers.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -19,6 +20,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import orjson
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
@@ -138,6 +140,34 @@ class _Watch:
     version: str = ""  # PostgreSQL's xmin of the row as read: whether it changed since
 
 
+# A watch's windows of values (``window``, ``recent``, ``base``) are stored packed: the
+# values' float64 bytes (little-endian) in base64, one JSON string per window, which
+# PostgreSQL stores for about half the CPU of as many JSON numbers (and every value exactly).
+# A state written before, with windows as JSON arrays, is read as it is.
+PACKED_WINDOWS = ("window", "recent", "base")
+
+
+def state_packed(state: dict[str, Any]) -> str:
+    """A watch's state as the JSON text stored: its windows packed."""
+    packed = dict(state)
+    for name in PACKED_WINDOWS:
+        values = packed.get(name)
+        if isinstance(values, list):
+            packed[name] = base64.b64encode(np.asarray(values, dtype="<f8").tobytes()).decode()
+    return orjson.dumps(packed).decode()
+
+
+def state_unpacked(stored: Any) -> dict[str, Any]:
+    """A watch's state as stored (JSON text, or as the database driver decoded it), with its
+    windows as lists of floats."""
+    state = orjson.loads(stored) if isinstance(stored, str | bytes) else dict(stored)
+    for name in PACKED_WINDOWS:
+        value = state.get(name)
+        if isinstance(value, str):
+            state[name] = np.frombuffer(base64.b64decode(value), dtype="<f8").tolist()
+    return state
+
+
 def _watches_locked(
     run_id: int, keys: set[str], *, lock: bool = True
 ) -> dict[tuple[str, str], _Watch]:
@@ -163,14 +193,12 @@ def _watches_locked(
         rows = cursor.fetchall()
     out = {}
     for pk, kind, key, stored, row_version in rows:
-        # SQLite hands JSON back as text
-        state = orjson.loads(stored) if isinstance(stored, str | bytes) else stored
-        out[(kind, key)] = _Watch(pk, kind, key, state, row_version)
+        out[(kind, key)] = _Watch(pk, kind, key, state_unpacked(stored), row_version)
     return out
 
 
 def _watches_write(watches: list[_Watch]) -> None:
-    texts = [orjson.dumps(w.state).decode() for w in watches]
+    texts = [state_packed(w.state) for w in watches]
     if connection.vendor == "postgresql":
         # Binary arrays bound by the server, as the metrics ingest sends its points.
         with server_binding_cursor() as cursor:
@@ -409,7 +437,7 @@ def _alerts_fold_unlocked(
             WATCH_WRITE,
             {
                 "ids": pg_arrays.int8_array([w.pk for w in changed]),
-                "states": pg_arrays.text_array([orjson.dumps(w.state).decode() for w in changed]),
+                "states": pg_arrays.text_array([state_packed(w.state) for w in changed]),
                 "versions": pg_arrays.text_array([w.version for w in changed]),
                 "probe": known is not None,
                 "run": Int8(run.pk),

@@ -139,7 +139,8 @@ def test_outside_a_transaction_calm_batches_fold_without_a_lock_and_a_spike_stil
     else:  # elsewhere (SQLite) every batch takes the locked form
         assert (reads.count(False), reads.count(True)) == (0, 4 + 15 + 1)
     watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
-    assert watch.state["last"] == 199 and watch.state["window"][-1] == loss_at(199)
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 199 and state["window"][-1] == loss_at(199)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -167,8 +168,9 @@ def test_a_watch_written_between_the_lock_free_read_and_write_is_folded_under_th
     assert send(api, run, token, batch).status_code == 200
     assert locked == [True]
     watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
-    assert watch.state["last"] == 199
-    assert watch.state["window"] == [loss_at(s) for s in range(150, 200)]
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 199
+    assert state["window"] == [loss_at(s) for s in range(150, 200)]
     assert not Alert.objects.exists()
 
 
@@ -204,8 +206,9 @@ def test_a_watch_written_by_another_process_after_this_ones_copy_is_folded_under
     if connection.vendor == "postgresql":
         assert locked == [True]  # no read before the fold: the copy; then the lock
     watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
-    assert watch.state["last"] == 199
-    assert watch.state["window"] == [loss_at(s) for s in range(150, 200)]
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 199
+    assert state["window"] == [loss_at(s) for s in range(150, 200)]
     assert not Alert.objects.exists()
 
 
@@ -229,13 +232,38 @@ def test_a_nan_alert_opened_elsewhere_closes_when_this_process_folds_from_its_co
     assert Alert.objects.get(kind=AlertKind.NAN).closed_step == 101
 
 
+def test_a_watch_stores_its_windows_packed_and_reads_them_back_exactly(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    """The windows are stored as base64 of their float64 bytes, and read back to the bit; a
+    state stored before, with the windows as JSON numbers, is read and folded as it is."""
+    run, token = running
+    values = {s: loss_at(s) + s * 1e-17 for s in range(60)}
+    feed(api, run, token, values, size=30)
+    watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    assert isinstance(watch.state["window"], str)
+    assert services.state_unpacked(watch.state)["window"] == [values[s] for s in range(10, 60)]
+    # A state as it was stored before the windows were packed.
+    watch.state = {"last": 59, "window": [values[s] for s in range(10, 60)], "open": False}
+    watch.save()
+    services.alerts_forget()
+    feed(api, run, token, {60: 3.6})  # a spike against the unpacked window
+    assert Alert.objects.get().opened_step == 60
+    watch.refresh_from_db()
+    assert services.state_unpacked(watch.state)["window"] == [
+        *(values[s] for s in range(11, 60)),
+        3.6,
+    ]
+
+
 def test_calm_noise_opens_nothing(api: APIClient, running: tuple[Run, str]) -> None:
     run, token = running
     feed(api, run, token, {s: loss_at(s) for s in range(400)}, size=100)
     assert not Alert.objects.exists()
     watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
-    assert watch.state["last"] == 399
-    assert len(watch.state["window"]) == 50  # rolling state: no history kept beyond the window
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 399
+    assert len(state["window"]) == 50  # rolling state: no history kept beyond the window
 
 
 def test_sustained_throughput_drop_opens_and_recovery_closes(
