@@ -1,7 +1,8 @@
 """The detectors: pure functions that fold a key's new points into a rule's rolling state
 and say when an alert opens or closes. No database here.
 
-A state is a small JSON object (kept in ``AlertWatch.state``): the last step folded, a window
+A state is a small JSON object (kept in ``AlertWatch.state``, its windows packed there by
+``runs.alerts.services.state_packed``): the last step folded, a window
 of recent values, whether an alert is open and how many calm points followed it. Points at or
 below the last folded step are ignored, so a resent or overlapping batch changes nothing and
 a new batch costs the same whatever the length of the run's history.

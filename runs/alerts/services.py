@@ -3,8 +3,9 @@ periodic silence check, closing a run's alerts when it ends, and maintainers' ru
 
 ``alerts_evaluate`` runs inside every metrics ingest (``runs.metrics.ingest.metrics_ingest``), so it
 is built to cost little: the run's rules come from a per-process cache, its rolling state is
-one read and one write of small JSON rows (on PostgreSQL without a lock or a transaction of
-its own when nothing opens or closes), and nothing reads the run's history.
+small JSON rows with their windows packed, written once a batch (on PostgreSQL without a
+lock or a transaction of its own when nothing opens or closes, and without a read when this
+process wrote them last), and nothing reads the run's history.
 An alert that opens or closes writes a row of the run's timeline in the same transaction and
 is announced after commit (``runs.signals.alert_changed``): ``proposals`` posts it to the
 linked issue and mails the proposal's followers.
@@ -230,6 +231,15 @@ def _formatter(run_id: int, key: str) -> detectors.Formatter:
     return fmt
 
 
+def _watched(run: Run) -> dict[tuple[str, str], rules.Rule]:
+    """The run's rules on metric keys, by (kind, key)."""
+    return {
+        (rule.kind, rule.key): rule
+        for rule in rules.rules_for_run(run_id=run.pk)
+        if rule.kind in rules.KEYED_KINDS
+    }
+
+
 def alerts_evaluate(
     *, run: Run, batch: Any, columns: dict[str, tuple[list[int], list[float]]] | None = None
 ) -> list[detectors.Change]:
@@ -238,9 +248,10 @@ def alerts_evaluate(
     ``columns``: the batch's steps and values per key in step order, when the caller has
     them (the ingest does: ``runs.metrics.ingest.key_columns``).
 
-    The usual batch opens and closes nothing: on PostgreSQL, outside a transaction, its
-    watches are read without a lock and written back in one statement that holds only if no
-    other writer changed them meanwhile (``_alerts_fold_unlocked``: two round trips where a
+    The usual batch opens and closes nothing: on PostgreSQL, outside a transaction, it folds
+    into the watches as this process last wrote them (or as read without a lock, when it has
+    no copy) and writes them back in one statement that holds only if no other writer
+    changed them meanwhile (``_alerts_fold_unlocked``: one round trip, or two, where a
     locked transaction takes five). Anything else, or a write that lost a race, goes through
     the locked transaction, which reads the watches again (points at or below a watch's last
     step are skipped, so a watch already advanced is not folded twice).
@@ -249,11 +260,7 @@ def alerts_evaluate(
     (``synchronous_commit = off``): a crash may lose the last fraction of a second of
     rolling state, which only means those points are not folded; a transaction that opens
     or closes an alert commits as any other."""
-    watched = {
-        (rule.kind, rule.key): rule
-        for rule in rules.rules_for_run(run_id=run.pk)
-        if rule.kind in rules.KEYED_KINDS
-    }
+    watched = _watched(run)
     batch_keys = set(batch.keys)
     wanted = {pair for pair in watched if pair[1] in batch_keys}
     if columns is None:
@@ -369,21 +376,31 @@ def _alerts_fold(
 _KNOWN_RUNS = 1_000
 _known: dict[int, dict[tuple[str, str], _Watch]] = {}
 
-WATCH_WRITE = f"""
-WITH written AS (
+# Written only where each row is still at the version known (``xmin``); the answer: per row
+# written its id and new version, then per open NaN watch of the batch's keys (when asked,
+# ``probe``) its id and NULL. Its own statement here (``WATCH_WRITE``); a part of the one
+# that stores a batch's points in ``runs.metrics.ingest`` (``INGEST_FRESH_WATCHED``).
+WATCHES_WRITTEN = f"""written AS (
     UPDATE {WATCH_TABLE} AS w SET state = v.state::jsonb, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(versions)s::text[])
-        AS v(id, state, version),
-    -- The statement is its own transaction: its commit need not wait for the disk.
-    (SELECT set_config('synchronous_commit', 'off', true)) AS quiet
+        AS v(id, state, version){{quiet}}
     WHERE w.id = v.id AND w.xmin = v.version::xid
     RETURNING w.id, w.xmin::text AS version
-)
+)"""  # noqa: S608  (the table name is ours; values are parameters)
+WATCHES_ANSWER = f"""
 SELECT id, version FROM written
 UNION ALL
 SELECT id, NULL FROM {WATCH_TABLE}
-WHERE %(probe)s AND run_id = %(run)s AND kind = %(nan)s AND key = ANY(%(keys)s::text[])
-    AND state->>'open_step' IS NOT NULL"""  # noqa: S608  (the table name is ours; values are parameters)
+WHERE %(probe)s AND run_id = %(run)s AND kind = %(nan)s AND key = ANY(%(batch_keys)s::text[])
+    AND state->>'open_step' IS NOT NULL"""  # noqa: S608
+WATCH_WRITE = (
+    "WITH "
+    + WATCHES_WRITTEN.format(
+        # The statement is its own transaction: its commit need not wait for the disk.
+        quiet=", (SELECT set_config('synchronous_commit', 'off', true)) AS quiet"
+    )
+    + WATCHES_ANSWER
+)
 
 
 def _alerts_fold_unlocked(
@@ -406,10 +423,12 @@ def _alerts_fold_unlocked(
     open NaN watch (one opened by a refused batch, in any process): finite values may close
     it, which the locked form does."""
     known = _known.pop(run.pk, None)
-    if known is not None and all(pair in known for pair in wanted):
+    if known is not None and wanted and all(pair in known for pair in wanted):
         watches = {pair: known[pair] for pair in wanted}
         nan_watches: dict[str, _Watch] = {}
     else:
+        if known is not None:  # not used: kept as it was
+            _known[run.pk] = known
         known = None
         watches = _watches_locked(run.pk, {key for _, key in wanted}, lock=False)
         nan_watches = _nan_watches(watches, batch_keys)
@@ -431,30 +450,83 @@ def _alerts_fold_unlocked(
         # Nothing new for the watches: read, that settles it; from the copy, the NaN watches
         # were not looked at (the locked form does).
         return known is None
+    ahead = AlertsAhead(run.pk, watches, changed, sorted(batch_keys), probe=known is not None)
     with server_binding_cursor() as cursor:
         pg_arrays.register(cursor.cursor)
-        cursor.execute(
-            WATCH_WRITE,
-            {
-                "ids": pg_arrays.int8_array([w.pk for w in changed]),
-                "states": pg_arrays.text_array([state_packed(w.state) for w in changed]),
-                "versions": pg_arrays.text_array([w.version for w in changed]),
-                "probe": known is not None,
-                "run": Int8(run.pk),
-                "nan": str(AlertKind.NAN),
-                "keys": pg_arrays.text_array(sorted(batch_keys)),
-            },
-        )
-        rows = cursor.fetchall()
-    versions = {pk: version for pk, version in rows if version is not None}
-    if len(versions) != len(changed) or len(rows) != len(versions):
-        return False
-    for watch in changed:
-        watch.version = versions[watch.pk]
-    if len(_known) >= _KNOWN_RUNS:
-        _known.clear()
-    _known[run.pk] = {pair: w for pair, w in watches.items() if pair[0] != AlertKind.NAN}
-    return True
+        cursor.execute(WATCH_WRITE, ahead.params())
+        return ahead.settled(cursor.fetchall())
+
+
+@dataclass(slots=True)
+class AlertsAhead:
+    """A batch folded into a run's watches, to be written by a statement that returns, per
+    row written, its id and new version (``xmin``), and per open NaN watch of the batch's
+    keys its id and None (``WATCH_WRITE``; the metrics ingest's ``INGEST_FRESH_WATCHED``)."""
+
+    run_id: int
+    watches: dict[tuple[str, str], _Watch]
+    changed: list[_Watch]
+    keys: list[str]
+    probe: bool = True
+    rows: list[tuple[int, str | None]] | None = None  # the statement's answer, once written
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "ids": pg_arrays.int8_array([w.pk for w in self.changed]),
+            "states": pg_arrays.text_array([state_packed(w.state) for w in self.changed]),
+            "versions": pg_arrays.text_array([w.version for w in self.changed]),
+            "probe": self.probe,
+            "run": Int8(self.run_id),
+            "nan": str(AlertKind.NAN),
+            "batch_keys": pg_arrays.text_array(self.keys),
+        }
+
+    def settled(self, rows: list[tuple[int, str | None]]) -> bool:
+        """Whether the write settled the batch: every row written, no open NaN watch. Then
+        this process keeps the watches, at their new versions, for the run's next batch."""
+        versions = {pk: version for pk, version in rows if version is not None}
+        if len(versions) != len(self.changed) or len(rows) != len(versions):
+            return False
+        for watch in self.changed:
+            watch.version = versions[watch.pk]
+        if len(_known) >= _KNOWN_RUNS:
+            _known.clear()
+        _known[self.run_id] = {
+            pair: w for pair, w in self.watches.items() if pair[0] != AlertKind.NAN
+        }
+        return True
+
+
+def alerts_fold_ahead(*, run: Run, batch_keys: set[str], columns: Any) -> AlertsAhead | None:
+    """A batch about to be stored, folded into this process's copy of its run's watches
+    (PostgreSQL, no transaction open), for the statement that stores the points to write
+    them too (``runs.metrics.ingest``): one round trip for the points and the alerts. None
+    when it cannot be settled so (no copy, a watch missing from it, nothing for the watches,
+    or an alert to open or close): the batch is then evaluated after it is stored
+    (``alerts_evaluate``), as it would be without this. ``AlertsAhead.settled`` says, from
+    the statement's rows, whether the write held; if not, ``alerts_evaluate`` folds what
+    is left under its rules (rows written have moved past the batch's steps)."""
+    if not (
+        connection.vendor == "postgresql"
+        and connection.get_autocommit()
+        and not connection.in_atomic_block
+    ):
+        return None
+    watched = _watched(run)
+    wanted = {pair for pair in watched if pair[1] in batch_keys}
+    known = _known.pop(run.pk, None)
+    if known is None:
+        return None
+    if not wanted or any(pair not in known for pair in wanted):
+        _known[run.pk] = known  # not used: kept as it was
+        return None
+    watches = {pair: known[pair] for pair in wanted}
+    changed, changes = _alerts_fold(
+        run=run, watched=watched, wanted=wanted, watches=watches, nan_watches={}, columns=columns
+    )
+    if changes or not changed:
+        return None  # the copy is dropped: the evaluation after the store reads the rows
+    return AlertsAhead(run.pk, watches, changed, sorted(batch_keys))
 
 
 def alerts_forget() -> None:

@@ -131,9 +131,10 @@ def test_outside_a_transaction_calm_batches_fold_without_a_lock_and_a_spike_stil
     assert len(events(run, "alert_opened")) == len(events(run, "alert_closed")) == 1
     if connection.vendor == "postgresql":
         # read without a lock: the first batch (no watches yet), the second (whose write
-        # leaves this process its copy) and the batch after each locked one (which leaves
-        # none); the other 15 fold into the copy, with no read
-        assert reads.count(False) == 4
+        # leaves this process its copy), the spike and the close (their alert drops the
+        # copy) and the batch after each of those; the other 13 fold into the copy, written
+        # by the statement that stores their points, with no read
+        assert reads.count(False) == 6
         # under the lock: the first batch (its watches made, and read again), the spike, its close
         assert reads.count(True) == 2 + 1 + 1
     else:  # elsewhere (SQLite) every batch takes the locked form
@@ -179,8 +180,8 @@ def test_a_watch_written_by_another_process_after_this_ones_copy_is_folded_under
     api: APIClient, running: tuple[Run, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """This process folds into its copy of the watches; another process wrote them since
-    (their row versions moved): the write does not hold, and the locked transaction folds
-    the batch from the rows as they are, so nothing is folded twice or lost."""
+    (their row versions moved): the write does not hold, and the batch is folded again from
+    the rows as they are, so nothing is folded twice or lost."""
     run, token = running
     feed(api, run, token, {s: loss_at(s) for s in range(100)}, size=50)
     assert run.pk in services._known  # the second batch's write left a copy
@@ -204,7 +205,8 @@ def test_a_watch_written_by_another_process_after_this_ones_copy_is_folded_under
     batch = [("train/loss", s, loss_at(s)) for s in range(100, 200)]
     assert send(api, run, token, batch).status_code == 200
     if connection.vendor == "postgresql":
-        assert locked == [True]  # no read before the fold: the copy; then the lock
+        # no read before the fold (the copy); the write did not hold; one read, as they are
+        assert locked == [False]
     watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
     state = services.state_unpacked(watch.state)
     assert state["last"] == 199
@@ -254,6 +256,36 @@ def test_a_watch_stores_its_windows_packed_and_reads_them_back_exactly(
         *(values[s] for s in range(11, 60)),
         3.6,
     ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_calm_batch_writes_its_watches_in_the_statement_that_stores_its_points(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    """With this process's copy of the watches, a batch that opens and closes nothing is
+    folded before it is stored and its watches written by the same statement as its
+    points; a batch that meets stored points (resent, overlapping) goes the other way, and
+    its new points are still folded once."""
+    from django.test.utils import CaptureQueriesContext
+
+    run, token = running
+    feed(api, run, token, {s: loss_at(s) for s in range(100)}, size=50)
+    with CaptureQueriesContext(connection) as queries:
+        batch = [("train/loss", s, loss_at(s)) for s in range(100, 150)]
+        assert send(api, run, token, batch).status_code == 200
+    touching = [q["sql"] for q in queries.captured_queries if "runs_alertwatch" in q["sql"]]
+    if connection.vendor == "postgresql":
+        assert len(touching) == 1 and "runs_metricpoint" in touching[0]
+    watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    assert services.state_unpacked(watch.state)["last"] == 149
+    # Overlapping: steps 140-169, of which 140-149 are stored already.
+    overlap = [("train/loss", s, loss_at(s)) for s in range(140, 170)]
+    assert send(api, run, token, overlap).status_code == 200
+    watch.refresh_from_db()
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 169
+    assert state["window"] == [loss_at(s) for s in range(120, 170)]
+    assert not Alert.objects.exists()
 
 
 def test_calm_noise_opens_nothing(api: APIClient, running: tuple[Run, str]) -> None:
