@@ -300,7 +300,7 @@ def ingest_postgresql(
         "keys": pg_arrays.text_array(ordered.keys),
         "steps": pg_arrays.int8_array(ordered.steps),
         "values": pg_arrays.float8_array(ordered.values),
-        "times": pg_arrays.float8_array([] if all(t is None for t in times) else times),
+        "times": pg_arrays.float8_array([] if times.count(None) == len(times) else times),
         "fold_keys": pg_arrays.text_array([f.key for f in folds]),
         "fold_last": pg_arrays.float8_array([f.last for f in folds]),
         "fold_min": pg_arrays.float8_array([f.min for f in folds]),
