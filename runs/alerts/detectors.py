@@ -14,6 +14,7 @@ values hovering at the opening threshold open it once and never flap.
 
 from __future__ import annotations
 
+import bisect
 import math
 import statistics
 from collections.abc import Callable
@@ -269,8 +270,12 @@ def _shift_feed_windows(
     ``statistics``, as the point-by-point rule takes them."""
     warmup = params.get("warmup_steps") or 0
     recent_size, base_size = params["recent"], params["baseline"]
-    kept = [(s, v) for s, v in zip(steps, values, strict=True) if s >= warmup]
-    stream: list[float] = state.get("base", []) + state.get("recent", []) + [v for _, v in kept]
+    # The steps of the points past the warm-up (steps ascend: the warm-up's points lead),
+    # and their values at the end of the stream.
+    kept = steps[bisect.bisect_left(steps, warmup) :]
+    stream: list[float] = (
+        state.get("base", []) + state.get("recent", []) + values[len(values) - len(kept) :]
+    )
     known = len(stream) - len(kept)
     is_open = bool(state.get("open"))
     calm = int(state.get("calm", 0))
@@ -298,7 +303,7 @@ def _shift_feed_windows(
         reference, calm = (reference, calm) if quiet is None else quiet
         for j in range(first, len(kept)) if quiet is None else ():
             end = known + j + 1
-            step, value = kept[j]
+            step, value = kept[j], stream[known + j]
             if not is_open and (reference is None or fresh >= recent_size):
                 reference = statistics.median(
                     stream[max(0, end - recent_size - base_size) : end - recent_size]
