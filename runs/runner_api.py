@@ -7,8 +7,11 @@ one ingest path (``runs.metrics.ingest``), as from every other door.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NoReturn
 
+from django.contrib.auth.models import AnonymousUser
+from django.http import HttpRequest
+from django.http.response import HttpResponseBase
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema
 from rest_framework.exceptions import (
@@ -69,6 +72,11 @@ class RunnerView(APIView):
         return 'Bearer realm="run"'  # so a missing token is a 401, not a 403
 
 
+# What a runner's client accepts that DRF's negotiation answers with its JSON renderer (the
+# first of the defaults): anything else, or ``?format=``, takes DRF's whole cycle.
+_JSON_ACCEPTS = frozenset({"", "*/*", "application/json"})
+
+
 class RunMetricsView(RunnerView):
     """``POST {"points": [{key, step, value, time?}]}``: upserted by (run, key, step), key by
     key. The answer: ``{"stored": n, "refused": [...], "flagged": [...], "refused_keys": n,
@@ -76,6 +84,39 @@ class RunMetricsView(RunnerView):
     refused key's points cannot be stored (``runs.metrics.parse``); a flagged key's are
     stored and flagged (``runs.metrics.flags``). 200 when anything was usable; 400 with the
     same lists when nothing was."""
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
+        """DRF's cycle without its request wrapper, negotiation and per-request checks, for a
+        POST that accepts JSON: this door has no authentication classes, permissions,
+        throttles or parsers to run (it reads the raw body), and every batch of every run
+        comes through it. The answer is the same Response, finished by DRF (its renderer,
+        ``Allow`` and ``Vary``), and errors go through the same handler. Any other method, or
+        an ``Accept`` DRF might answer with another renderer, takes the whole cycle."""
+        if (
+            request.method != "POST"
+            or request.META.get("HTTP_ACCEPT", "").strip() not in _JSON_ACCEPTS
+            or "format" in request.GET
+        ):
+            return super().dispatch(request, *args, **kwargs)
+        self.args, self.kwargs = args, kwargs
+        self.request = request  # type: ignore[assignment]
+        self.headers = self.default_response_headers
+        renderer = self.renderer_classes[0]()
+        # What DRF's negotiation and its authentication (none: an anonymous user) leave.
+        request.accepted_renderer = renderer  # type: ignore[attr-defined]
+        request.accepted_media_type = renderer.media_type  # type: ignore[attr-defined]
+        request.user = AnonymousUser()
+        try:
+            response = self.post(request, *args, **kwargs)  # type: ignore[arg-type]
+        except Exception as exc:  # answered as DRF answers it
+            response = self.handle_exception(exc)
+        self.response = self.finalize_response(request, response, *args, **kwargs)  # type: ignore[arg-type]
+        return self.response
+
+    def raise_uncaught_exception(self, exc: Exception) -> NoReturn:
+        if not isinstance(self.request, Request):  # the short cycle: a plain HttpRequest
+            raise exc
+        super().raise_uncaught_exception(exc)
 
     @extend_schema(request=MetricBatchSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:

@@ -3,8 +3,9 @@ periodic silence check, closing a run's alerts when it ends, and maintainers' ru
 
 ``alerts_evaluate`` runs inside every metrics ingest (``runs.metrics.ingest.metrics_ingest``), so it
 is built to cost little: the run's rules come from a per-process cache, its rolling state is
-one read and one write of small JSON rows (on PostgreSQL without a lock or a transaction of
-its own when nothing opens or closes), and nothing reads the run's history.
+small JSON rows with their windows packed, written once a batch (on PostgreSQL without a
+lock or a transaction of its own when nothing opens or closes, and without a read when this
+process wrote them last), and nothing reads the run's history.
 An alert that opens or closes writes a row of the run's timeline in the same transaction and
 is announced after commit (``runs.signals.alert_changed``): ``proposals`` posts it to the
 linked issue and mails the proposal's followers.
@@ -12,6 +13,7 @@ linked issue and mails the proposal's followers.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import math
@@ -19,10 +21,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+import numpy as np
 import orjson
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
+from psycopg.types.numeric import Int8
 
 from marin_site.db import server_binding_cursor
 from marin_site.doors import Door
@@ -137,6 +141,34 @@ class _Watch:
     version: str = ""  # PostgreSQL's xmin of the row as read: whether it changed since
 
 
+# A watch's windows of values (``window``, ``recent``, ``base``) are stored packed: the
+# values' float64 bytes (little-endian) in base64, one JSON string per window, which
+# PostgreSQL stores for about half the CPU of as many JSON numbers (and every value exactly).
+# A state written before, with windows as JSON arrays, is read as it is.
+PACKED_WINDOWS = ("window", "recent", "base")
+
+
+def state_packed(state: dict[str, Any]) -> str:
+    """A watch's state as the JSON text stored: its windows packed."""
+    packed = dict(state)
+    for name in PACKED_WINDOWS:
+        values = packed.get(name)
+        if isinstance(values, list):
+            packed[name] = base64.b64encode(np.asarray(values, dtype="<f8").tobytes()).decode()
+    return orjson.dumps(packed).decode()
+
+
+def state_unpacked(stored: Any) -> dict[str, Any]:
+    """A watch's state as stored (JSON text, or as the database driver decoded it), with its
+    windows as lists of floats."""
+    state = orjson.loads(stored) if isinstance(stored, str | bytes) else dict(stored)
+    for name in PACKED_WINDOWS:
+        value = state.get(name)
+        if isinstance(value, str):
+            state[name] = np.frombuffer(base64.b64decode(value), dtype="<f8").tolist()
+    return state
+
+
 def _watches_locked(
     run_id: int, keys: set[str], *, lock: bool = True
 ) -> dict[tuple[str, str], _Watch]:
@@ -162,14 +194,12 @@ def _watches_locked(
         rows = cursor.fetchall()
     out = {}
     for pk, kind, key, stored, row_version in rows:
-        # SQLite hands JSON back as text
-        state = orjson.loads(stored) if isinstance(stored, str | bytes) else stored
-        out[(kind, key)] = _Watch(pk, kind, key, state, row_version)
+        out[(kind, key)] = _Watch(pk, kind, key, state_unpacked(stored), row_version)
     return out
 
 
 def _watches_write(watches: list[_Watch]) -> None:
-    texts = [orjson.dumps(w.state).decode() for w in watches]
+    texts = [state_packed(w.state) for w in watches]
     if connection.vendor == "postgresql":
         # Binary arrays bound by the server, as the metrics ingest sends its points.
         with server_binding_cursor() as cursor:
@@ -201,6 +231,15 @@ def _formatter(run_id: int, key: str) -> detectors.Formatter:
     return fmt
 
 
+def _watched(run: Run) -> dict[tuple[str, str], rules.Rule]:
+    """The run's rules on metric keys, by (kind, key)."""
+    return {
+        (rule.kind, rule.key): rule
+        for rule in rules.rules_for_run(run_id=run.pk)
+        if rule.kind in rules.KEYED_KINDS
+    }
+
+
 def alerts_evaluate(
     *, run: Run, batch: Any, columns: dict[str, tuple[list[int], list[float]]] | None = None
 ) -> list[detectors.Change]:
@@ -209,9 +248,10 @@ def alerts_evaluate(
     ``columns``: the batch's steps and values per key in step order, when the caller has
     them (the ingest does: ``runs.metrics.ingest.key_columns``).
 
-    The usual batch opens and closes nothing: on PostgreSQL, outside a transaction, its
-    watches are read without a lock and written back in one statement that holds only if no
-    other writer changed them meanwhile (``_alerts_fold_unlocked``: two round trips where a
+    The usual batch opens and closes nothing: on PostgreSQL, outside a transaction, it folds
+    into the watches as this process last wrote them (or as read without a lock, when it has
+    no copy) and writes them back in one statement that holds only if no other writer
+    changed them meanwhile (``_alerts_fold_unlocked``: one round trip, or two, where a
     locked transaction takes five). Anything else, or a write that lost a race, goes through
     the locked transaction, which reads the watches again (points at or below a watch's last
     step are skipped, so a watch already advanced is not folded twice).
@@ -220,11 +260,7 @@ def alerts_evaluate(
     (``synchronous_commit = off``): a crash may lose the last fraction of a second of
     rolling state, which only means those points are not folded; a transaction that opens
     or closes an alert commits as any other."""
-    watched = {
-        (rule.kind, rule.key): rule
-        for rule in rules.rules_for_run(run_id=run.pk)
-        if rule.kind in rules.KEYED_KINDS
-    }
+    watched = _watched(run)
     batch_keys = set(batch.keys)
     wanted = {pair for pair in watched if pair[1] in batch_keys}
     if columns is None:
@@ -333,6 +369,40 @@ def _alerts_fold(
     return changed, changes
 
 
+# The watches this process last wrote without a lock, per run, with the row versions its
+# write left (``_alerts_fold_unlocked``): the next batch of the run folds into them without
+# reading them back. A copy is taken out while a batch uses it and put back only after a
+# write that held for every row, so a failed or lost write leaves none behind.
+_KNOWN_RUNS = 1_000
+_known: dict[int, dict[tuple[str, str], _Watch]] = {}
+
+# Written only where each row is still at the version known (``xmin``); the answer: per row
+# written its id and new version, then per open NaN watch of the batch's keys (when asked,
+# ``probe``) its id and NULL. Its own statement here (``WATCH_WRITE``); a part of the one
+# that stores a batch's points in ``runs.metrics.ingest`` (``INGEST_FRESH_WATCHED``).
+WATCHES_WRITTEN = f"""written AS (
+    UPDATE {WATCH_TABLE} AS w SET state = v.state::jsonb, updated_at = now()
+    FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(versions)s::text[])
+        AS v(id, state, version){{quiet}}
+    WHERE w.id = v.id AND w.xmin = v.version::xid
+    RETURNING w.id, w.xmin::text AS version
+)"""  # noqa: S608  (the table name is ours; values are parameters)
+WATCHES_ANSWER = f"""
+SELECT id, version FROM written
+UNION ALL
+SELECT id, NULL FROM {WATCH_TABLE}
+WHERE %(probe)s AND run_id = %(run)s AND kind = %(nan)s AND key = ANY(%(batch_keys)s::text[])
+    AND state->>'open_step' IS NOT NULL"""  # noqa: S608
+WATCH_WRITE = (
+    "WITH "
+    + WATCHES_WRITTEN.format(
+        # The statement is its own transaction: its commit need not wait for the disk.
+        quiet=", (SELECT set_config('synchronous_commit', 'off', true)) AS quiet"
+    )
+    + WATCHES_ANSWER
+)
+
+
 def _alerts_fold_unlocked(
     *,
     run: Run,
@@ -341,18 +411,31 @@ def _alerts_fold_unlocked(
     batch_keys: set[str],
     columns: dict[str, tuple[list[int], list[float]]],
 ) -> bool:
-    """The lock-free form of ``alerts_evaluate`` (PostgreSQL, no transaction open): read
-    the watches with their row versions (``xmin``), fold the batch, and write the states
-    back in one autocommitted statement, each row only if its version is still the one read.
-    True when that settled the batch: every watch existed, nothing opened or closed, and
-    every row was written. False leaves the batch to the locked form (rows this one did
-    write have moved past the batch's steps, which the locked form then skips)."""
-    watches = _watches_locked(run.pk, {key for _, key in wanted}, lock=False)
-    nan_watches = _nan_watches(watches, batch_keys)
-    if not wanted and not nan_watches:
-        return True
-    if any(pair not in watches for pair in wanted):
-        return False
+    """The lock-free form of ``alerts_evaluate`` (PostgreSQL, no transaction open): fold the
+    batch into the watches as this process last wrote them (``_known``), or as read with
+    their row versions (``xmin``) when it has none, and write the states back in one
+    autocommitted statement, each row only if its version is still the one known. True when
+    that settled the batch: every watch existed, nothing opened or closed, and every row was
+    written. False leaves the batch to the locked form (rows this one did write have moved
+    past the batch's steps, which the locked form then skips).
+
+    Folded from the process's copy, the statement also says whether the batch's keys have an
+    open NaN watch (one opened by a refused batch, in any process): finite values may close
+    it, which the locked form does."""
+    known = _known.pop(run.pk, None)
+    if known is not None and wanted and all(pair in known for pair in wanted):
+        watches = {pair: known[pair] for pair in wanted}
+        nan_watches: dict[str, _Watch] = {}
+    else:
+        if known is not None:  # not used: kept as it was
+            _known[run.pk] = known
+        known = None
+        watches = _watches_locked(run.pk, {key for _, key in wanted}, lock=False)
+        nan_watches = _nan_watches(watches, batch_keys)
+        if not wanted and not nan_watches:
+            return True
+        if any(pair not in watches for pair in wanted):
+            return False
     changed, changes = _alerts_fold(
         run=run,
         watched=watched,
@@ -364,23 +447,91 @@ def _alerts_fold_unlocked(
     if changes:
         return False
     if not changed:
-        return True
-    texts = [orjson.dumps(w.state).decode() for w in changed]
+        # Nothing new for the watches: read, that settles it; from the copy, the NaN watches
+        # were not looked at (the locked form does).
+        return known is None
+    ahead = AlertsAhead(run.pk, watches, changed, sorted(batch_keys), probe=known is not None)
     with server_binding_cursor() as cursor:
         pg_arrays.register(cursor.cursor)
-        cursor.execute(
-            f"UPDATE {WATCH_TABLE} AS w SET state = v.state::jsonb, updated_at = now() "  # noqa: S608
-            "FROM unnest(%s::bigint[], %s::text[], %s::text[]) AS v(id, state, version), "
-            # The statement is its own transaction: its commit need not wait for the disk.
-            "(SELECT set_config('synchronous_commit', 'off', true)) AS quiet "
-            "WHERE w.id = v.id AND w.xmin = v.version::xid",
-            [
-                pg_arrays.int8_array([w.pk for w in changed]),
-                pg_arrays.text_array(texts),
-                pg_arrays.text_array([w.version for w in changed]),
-            ],
-        )
-        return int(cursor.rowcount) == len(changed)
+        cursor.execute(WATCH_WRITE, ahead.params())
+        return ahead.settled(cursor.fetchall())
+
+
+@dataclass(slots=True)
+class AlertsAhead:
+    """A batch folded into a run's watches, to be written by a statement that returns, per
+    row written, its id and new version (``xmin``), and per open NaN watch of the batch's
+    keys its id and None (``WATCH_WRITE``; the metrics ingest's ``INGEST_FRESH_WATCHED``)."""
+
+    run_id: int
+    watches: dict[tuple[str, str], _Watch]
+    changed: list[_Watch]
+    keys: list[str]
+    probe: bool = True
+    rows: list[tuple[int, str | None]] | None = None  # the statement's answer, once written
+
+    def params(self) -> dict[str, Any]:
+        return {
+            "ids": pg_arrays.int8_array([w.pk for w in self.changed]),
+            "states": pg_arrays.text_array([state_packed(w.state) for w in self.changed]),
+            "versions": pg_arrays.text_array([w.version for w in self.changed]),
+            "probe": self.probe,
+            "run": Int8(self.run_id),
+            "nan": str(AlertKind.NAN),
+            "batch_keys": pg_arrays.text_array(self.keys),
+        }
+
+    def settled(self, rows: list[tuple[int, str | None]]) -> bool:
+        """Whether the write settled the batch: every row written, no open NaN watch. Then
+        this process keeps the watches, at their new versions, for the run's next batch."""
+        versions = {pk: version for pk, version in rows if version is not None}
+        if len(versions) != len(self.changed) or len(rows) != len(versions):
+            return False
+        for watch in self.changed:
+            watch.version = versions[watch.pk]
+        if len(_known) >= _KNOWN_RUNS:
+            _known.clear()
+        _known[self.run_id] = {
+            pair: w for pair, w in self.watches.items() if pair[0] != AlertKind.NAN
+        }
+        return True
+
+
+def alerts_fold_ahead(*, run: Run, batch_keys: set[str], columns: Any) -> AlertsAhead | None:
+    """A batch about to be stored, folded into this process's copy of its run's watches
+    (PostgreSQL, no transaction open), for the statement that stores the points to write
+    them too (``runs.metrics.ingest``): one round trip for the points and the alerts. None
+    when it cannot be settled so (no copy, a watch missing from it, nothing for the watches,
+    or an alert to open or close): the batch is then evaluated after it is stored
+    (``alerts_evaluate``), as it would be without this. ``AlertsAhead.settled`` says, from
+    the statement's rows, whether the write held; if not, ``alerts_evaluate`` folds what
+    is left under its rules (rows written have moved past the batch's steps)."""
+    if not (
+        connection.vendor == "postgresql"
+        and connection.get_autocommit()
+        and not connection.in_atomic_block
+    ):
+        return None
+    watched = _watched(run)
+    wanted = {pair for pair in watched if pair[1] in batch_keys}
+    known = _known.pop(run.pk, None)
+    if known is None:
+        return None
+    if not wanted or any(pair not in known for pair in wanted):
+        _known[run.pk] = known  # not used: kept as it was
+        return None
+    watches = {pair: known[pair] for pair in wanted}
+    changed, changes = _alerts_fold(
+        run=run, watched=watched, wanted=wanted, watches=watches, nan_watches={}, columns=columns
+    )
+    if changes or not changed:
+        return None  # the copy is dropped: the evaluation after the store reads the rows
+    return AlertsAhead(run.pk, watches, changed, sorted(batch_keys))
+
+
+def alerts_forget() -> None:
+    """Drop this process's copies of the watches (tests; they are checked at every write)."""
+    _known.clear()
 
 
 def alerts_not_finite(*, run: Run, first_steps: dict[str, int], door: str = Door.SYSTEM) -> int:

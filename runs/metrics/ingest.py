@@ -32,7 +32,13 @@ from psycopg.types.numeric import Int8
 from marin_site.db import server_binding_cursor
 from marin_site.doors import Door
 from marin_site.errors import DomainError
-from runs.alerts.services import alerts_evaluate
+from runs.alerts.services import (
+    WATCHES_ANSWER,
+    WATCHES_WRITTEN,
+    AlertsAhead,
+    alerts_evaluate,
+    alerts_fold_ahead,
+)
 from runs.metrics import declarations as metric_declarations
 from runs.metrics import flags as metric_flags
 from runs.metrics import pg_arrays
@@ -108,15 +114,23 @@ def metrics_ingest_flagged(
         loaded = "heartbeat_at" not in run.get_deferred_fields()
         run_sign_of_life(run_id=run.pk, last=run.heartbeat_at if loaded else None)
     ordered, folds = points_order_and_fold(batch)
+    columns = key_columns(ordered, folds)
+    ahead = None
     if connection.vendor == "postgresql":
-        changed = ingest_postgresql(run_id=run.pk, batch=ordered, folds=folds)
+        if run.state == RunState.RUNNING:  # alerts watch live runs, not imported history
+            try:
+                ahead = alerts_fold_ahead(run=run, batch_keys=set(columns), columns=columns)
+            except Exception:  # an alert's fault never refuses the points
+                logger.exception("folding the alerts of run %s ahead failed", run.pk)
+        changed = ingest_postgresql(run_id=run.pk, batch=ordered, folds=folds, ahead=ahead)
     else:
         changed = ingest_portable(run_id=run.pk, batch=batch)
     if changed:
         series_refresh_soon(run_id=run.pk)
-        if run.state == RunState.RUNNING:  # alerts watch live runs, not imported history
+        settled = ahead is not None and ahead.rows is not None and ahead.settled(ahead.rows)
+        if run.state == RunState.RUNNING and not settled:
             try:
-                alerts_evaluate(run=run, batch=ordered, columns=key_columns(ordered, folds))
+                alerts_evaluate(run=run, batch=ordered, columns=columns)
             except Exception:  # the points are stored; an alert's fault never refuses them
                 logger.exception("evaluating the alerts of run %s failed", run.pk)
     if misfits:
@@ -158,6 +172,25 @@ SELECT %(run)s, * FROM unnest(%(fold_keys)s::text[], %(fold_last)s::double preci
     %(fold_min)s::double precision[], %(fold_max)s::double precision[],
     %(fold_step)s::bigint[], %(fold_count)s::bigint[], %(fold_first)s::bigint[])
 {_SUMMARY_UPSERT}"""  # noqa: S608  (table names are ours; every value is a parameter)
+# The fresh form, writing too the run's alert watches folded ahead from this process's copy
+# (``runs.alerts.services.alerts_fold_ahead``): the points, the summaries and the watches in
+# one statement and one transaction, and the watches' answer (``WATCHES_ANSWER``).
+INGEST_FRESH_WATCHED = (
+    f"""
+WITH points AS (
+    INSERT INTO {POINTS_TABLE} (run_id, key, step, value, time){_BATCH}
+),
+summaries AS (
+    INSERT INTO {SUMMARY_TABLE} AS s (run_id, key, last, min, max, step, count, stale_from)
+    SELECT %(run)s, * FROM unnest(%(fold_keys)s::text[], %(fold_last)s::double precision[],
+        %(fold_min)s::double precision[], %(fold_max)s::double precision[],
+        %(fold_step)s::bigint[], %(fold_count)s::bigint[], %(fold_first)s::bigint[])
+    {_SUMMARY_UPSERT}
+),
+"""  # noqa: S608
+    + WATCHES_WRITTEN.format(quiet="")
+    + WATCHES_ANSWER
+)
 INGEST_UPSERT = f"""
 WITH written AS (
     INSERT INTO {POINTS_TABLE} AS p (run_id, key, step, value, time){_BATCH}
@@ -243,13 +276,21 @@ def key_columns(
     return out
 
 
-def ingest_postgresql(*, run_id: int, batch: PointBatch, folds: list[KeyFold] | None = None) -> int:
+def ingest_postgresql(
+    *,
+    run_id: int,
+    batch: PointBatch,
+    folds: list[KeyFold] | None = None,
+    ahead: AlertsAhead | None = None,
+) -> int:
     """Returns how many keys had points inserted or changed. ``batch`` with its ``folds``
     is already in (key, step) order (``points_order_and_fold``); without them it is put so.
 
     The fresh form is one statement: outside a transaction it runs as its own (autocommit),
     one round trip where BEGIN, the statement and COMMIT took three; inside one, in a
-    savepoint, so that a batch meeting stored points leaves the caller's transaction usable."""
+    savepoint, so that a batch meeting stored points leaves the caller's transaction usable.
+    With ``ahead`` (the run's alert watches folded ahead, outside a transaction only) the
+    fresh statement writes them too, and ``ahead.rows`` holds its answer."""
     ordered = batch
     if folds is None:
         ordered, folds = points_order_and_fold(batch)
@@ -259,7 +300,7 @@ def ingest_postgresql(*, run_id: int, batch: PointBatch, folds: list[KeyFold] | 
         "keys": pg_arrays.text_array(ordered.keys),
         "steps": pg_arrays.int8_array(ordered.steps),
         "values": pg_arrays.float8_array(ordered.values),
-        "times": pg_arrays.float8_array([] if all(t is None for t in times) else times),
+        "times": pg_arrays.float8_array([] if times.count(None) == len(times) else times),
         "fold_keys": pg_arrays.text_array([f.key for f in folds]),
         "fold_last": pg_arrays.float8_array([f.last for f in folds]),
         "fold_min": pg_arrays.float8_array([f.min for f in folds]),
@@ -272,7 +313,11 @@ def ingest_postgresql(*, run_id: int, batch: PointBatch, folds: list[KeyFold] | 
         pg_arrays.register(cursor.cursor)
         try:
             if connection.get_autocommit() and not connection.in_atomic_block:
-                cursor.execute(INGEST_FRESH, params)
+                if ahead is None:
+                    cursor.execute(INGEST_FRESH, params)
+                else:
+                    cursor.execute(INGEST_FRESH_WATCHED, {**params, **ahead.params()})
+                    ahead.rows = cursor.fetchall()
             else:
                 with transaction.atomic():
                     cursor.execute(INGEST_FRESH, params)

@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("eager_tasks")]
 @pytest.fixture(autouse=True)
 def _fresh_rules() -> None:
     rules.rules_forget()
+    services.alerts_forget()
 
 
 @pytest.fixture
@@ -108,8 +109,9 @@ def test_outside_a_transaction_calm_batches_fold_without_a_lock_and_a_spike_stil
     api: APIClient, running: tuple[Run, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """As the door runs in production (no transaction open), on PostgreSQL: batches that open
-    and close nothing are read and written without a lock; the batch that opens the alert and
-    the one that closes it go through the locked transaction, once each."""
+    and close nothing are folded and written without a lock, into the watches as this process
+    last wrote them (read again only when it has no such copy); the batch that opens the
+    alert and the one that closes it go through the locked transaction, once each."""
     run, token = running
     reads: list[bool] = []
     real = services._watches_locked
@@ -128,13 +130,18 @@ def test_outside_a_transaction_calm_batches_fold_without_a_lock_and_a_spike_stil
     assert (alert.opened_step, alert.closed_step) == (100, 120)
     assert len(events(run, "alert_opened")) == len(events(run, "alert_closed")) == 1
     if connection.vendor == "postgresql":
-        assert reads.count(False) == 4 + 15  # every batch tries without a lock first
+        # read without a lock: the first batch (no watches yet), the second (whose write
+        # leaves this process its copy), the spike and the close (their alert drops the
+        # copy) and the batch after each of those; the other 13 fold into the copy, written
+        # by the statement that stores their points, with no read
+        assert reads.count(False) == 6
         # under the lock: the first batch (its watches made, and read again), the spike, its close
         assert reads.count(True) == 2 + 1 + 1
     else:  # elsewhere (SQLite) every batch takes the locked form
         assert (reads.count(False), reads.count(True)) == (0, 4 + 15 + 1)
     watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
-    assert watch.state["last"] == 199 and watch.state["window"][-1] == loss_at(199)
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 199 and state["window"][-1] == loss_at(199)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -145,6 +152,7 @@ def test_a_watch_written_between_the_lock_free_read_and_write_is_folded_under_th
     does not hold, and the locked transaction folds the batch from the state as it is."""
     run, token = running
     feed(api, run, token, {s: loss_at(s) for s in range(100)}, size=50)
+    services.alerts_forget()  # this process has no copy: the batch reads the watches
     real = services._watches_locked
     locked: list[bool] = []
 
@@ -161,8 +169,122 @@ def test_a_watch_written_between_the_lock_free_read_and_write_is_folded_under_th
     assert send(api, run, token, batch).status_code == 200
     assert locked == [True]
     watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
-    assert watch.state["last"] == 199
-    assert watch.state["window"] == [loss_at(s) for s in range(150, 200)]
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 199
+    assert state["window"] == [loss_at(s) for s in range(150, 200)]
+    assert not Alert.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_watch_written_by_another_process_after_this_ones_copy_is_folded_under_the_lock(
+    api: APIClient, running: tuple[Run, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """This process folds into its copy of the watches; another process wrote them since
+    (their row versions moved): the write does not hold, and the batch is folded again from
+    the rows as they are, so nothing is folded twice or lost."""
+    run, token = running
+    feed(api, run, token, {s: loss_at(s) for s in range(100)}, size=50)
+    assert run.pk in services._known  # the second batch's write left a copy
+    # Another process's batch: steps 100-149 folded into the rows, not into this copy.
+    AlertWatch.objects.filter(run=run, kind=AlertKind.SPIKE, key="train/loss").update(
+        state={
+            "last": 149,
+            "window": [loss_at(s) for s in range(100, 150)],
+            "open": False,
+            "calm": 0,
+        }
+    )
+    real = services._watches_locked
+    locked: list[bool] = []
+
+    def counted(run_id: int, keys: set[str], *, lock: bool = True) -> Any:
+        locked.append(lock)
+        return real(run_id, keys, lock=lock)
+
+    monkeypatch.setattr(services, "_watches_locked", counted)
+    batch = [("train/loss", s, loss_at(s)) for s in range(100, 200)]
+    assert send(api, run, token, batch).status_code == 200
+    if connection.vendor == "postgresql":
+        # no read before the fold (the copy); the write did not hold; one read, as they are
+        assert locked == [False]
+    watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 199
+    assert state["window"] == [loss_at(s) for s in range(150, 200)]
+    assert not Alert.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_nan_alert_opened_elsewhere_closes_when_this_process_folds_from_its_copy(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    """The copy holds the rules' watches, not the NaN ones: a NaN alert opened after it was
+    taken (by a refused batch, in any process) is still closed by the next finite values."""
+    run, token = running
+    feed(api, run, token, {s: loss_at(s) for s in range(100)}, size=50)
+    assert run.pk in services._known
+    assert services.alerts_not_finite(run=run, first_steps={"train/loss": 100}) == 1
+    assert run.pk in services._known
+    assert send(api, run, token, [("train/loss", 101, loss_at(101))]).status_code == 200
+    alert = Alert.objects.get(kind=AlertKind.NAN)
+    assert (alert.opened_step, alert.closed_step) == (100, 101)
+    spike = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    assert spike.state["last"] == 101  # folded once, by the copy's write
+    assert send(api, run, token, [("train/loss", 102, loss_at(102))]).status_code == 200
+    assert Alert.objects.get(kind=AlertKind.NAN).closed_step == 101
+
+
+def test_a_watch_stores_its_windows_packed_and_reads_them_back_exactly(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    """The windows are stored as base64 of their float64 bytes, and read back to the bit; a
+    state stored before, with the windows as JSON numbers, is read and folded as it is."""
+    run, token = running
+    values = {s: loss_at(s) + s * 1e-17 for s in range(60)}
+    feed(api, run, token, values, size=30)
+    watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    assert isinstance(watch.state["window"], str)
+    assert services.state_unpacked(watch.state)["window"] == [values[s] for s in range(10, 60)]
+    # A state as it was stored before the windows were packed.
+    watch.state = {"last": 59, "window": [values[s] for s in range(10, 60)], "open": False}
+    watch.save()
+    services.alerts_forget()
+    feed(api, run, token, {60: 3.6})  # a spike against the unpacked window
+    assert Alert.objects.get().opened_step == 60
+    watch.refresh_from_db()
+    assert services.state_unpacked(watch.state)["window"] == [
+        *(values[s] for s in range(11, 60)),
+        3.6,
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_calm_batch_writes_its_watches_in_the_statement_that_stores_its_points(
+    api: APIClient, running: tuple[Run, str]
+) -> None:
+    """With this process's copy of the watches, a batch that opens and closes nothing is
+    folded before it is stored and its watches written by the same statement as its
+    points; a batch that meets stored points (resent, overlapping) goes the other way, and
+    its new points are still folded once."""
+    from django.test.utils import CaptureQueriesContext
+
+    run, token = running
+    feed(api, run, token, {s: loss_at(s) for s in range(100)}, size=50)
+    with CaptureQueriesContext(connection) as queries:
+        batch = [("train/loss", s, loss_at(s)) for s in range(100, 150)]
+        assert send(api, run, token, batch).status_code == 200
+    touching = [q["sql"] for q in queries.captured_queries if "runs_alertwatch" in q["sql"]]
+    if connection.vendor == "postgresql":
+        assert len(touching) == 1 and "runs_metricpoint" in touching[0]
+    watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
+    assert services.state_unpacked(watch.state)["last"] == 149
+    # Overlapping: steps 140-169, of which 140-149 are stored already.
+    overlap = [("train/loss", s, loss_at(s)) for s in range(140, 170)]
+    assert send(api, run, token, overlap).status_code == 200
+    watch.refresh_from_db()
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 169
+    assert state["window"] == [loss_at(s) for s in range(120, 170)]
     assert not Alert.objects.exists()
 
 
@@ -171,8 +293,9 @@ def test_calm_noise_opens_nothing(api: APIClient, running: tuple[Run, str]) -> N
     feed(api, run, token, {s: loss_at(s) for s in range(400)}, size=100)
     assert not Alert.objects.exists()
     watch = AlertWatch.objects.get(run=run, kind=AlertKind.SPIKE, key="train/loss")
-    assert watch.state["last"] == 399
-    assert len(watch.state["window"]) == 50  # rolling state: no history kept beyond the window
+    state = services.state_unpacked(watch.state)
+    assert state["last"] == 399
+    assert len(state["window"]) == 50  # rolling state: no history kept beyond the window
 
 
 def test_sustained_throughput_drop_opens_and_recovery_closes(

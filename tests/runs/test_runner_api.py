@@ -281,6 +281,69 @@ def test_a_run_id_beyond_bigint_is_refused_not_an_error(
         assert response.status_code == 403, response.content
 
 
+def _metrics_answer(api: APIClient, run: Run, token: str | None, body: str, **extra: Any) -> Any:
+    if token is not None:
+        extra["HTTP_AUTHORIZATION"] = f"Bearer {token}"
+    return api.post(
+        f"/api/v1/runs/{run.pk}/metrics/{extra.pop('query', '')}",
+        data=body,
+        content_type="application/json",
+        **extra,
+    )
+
+
+def _shape(response: Any) -> tuple[Any, ...]:
+    """Status, body and headers; of Retry-After only whether it is there (seconds to a
+    minute's end, which the two answers may straddle)."""
+    headers: tuple[str, ...] = ("Content-Type", "Allow", "Vary", "WWW-Authenticate")
+    headers += ("X-Frame-Options", "X-Content-Type-Options", "Referrer-Policy")
+    return (
+        response.status_code,
+        json.loads(response.content),
+        *(response.headers.get(h) for h in headers),
+        "Retry-After" in response.headers,
+    )
+
+
+@pytest.mark.parametrize("accept", [None, "*/*", "application/json"])
+def test_the_metrics_door_s_short_cycle_answers_as_drf_s_whole_cycle(
+    api: APIClient, recipe: Any, accept: str | None, settings: Any
+) -> None:
+    """A POST accepting JSON skips DRF's request wrapper (runner_api.RunMetricsView.dispatch);
+    ``?format=json`` takes DRF's whole cycle: each outcome is answered alike by both."""
+    runs = Run.objects.filter(plan=launched_plan(recipe))
+    (one, token), (other, other_token) = (start(r) for r in runs)
+    extra = {} if accept is None else {"HTTP_ACCEPT": accept}
+    good = json.dumps(batch("train/loss", range(3)))
+    cases = [
+        (one, token, good),  # 200, stored
+        (one, token, '{"points": [{"key": "a", "step": 1, "value": "1"}]}'),  # 400, refused
+        (one, token, "not json"),  # 400, whole body refused
+        (one, other_token, good),  # 403, another run's token
+        (one, None, good),  # 401, no token
+    ]
+    for run, tok, body in cases:
+        short = _metrics_answer(api, run, tok, body, **extra)
+        whole = _metrics_answer(api, run, tok, body, query="?format=json", **extra)
+        assert _shape(short) == _shape(whole), (short.content, whole.content)
+    run_writes.run_transition(run_id=other.pk, to_state=RunState.FINISHED, door="runner")
+    ended = [
+        _metrics_answer(api, other, other_token, good, query=query, **extra)
+        for query in ("", "?format=json")
+    ]
+    assert ended[0].status_code == 409, ended[0].content
+    assert _shape(ended[0]) == _shape(ended[1])
+    settings.RUNS_METRICS_RATE_PER_MINUTE = 1
+    cache.clear()
+    limited = [_metrics_answer(api, one, token, good, **extra) for _ in range(2)]
+    cache.clear()
+    limited_whole = [
+        _metrics_answer(api, one, token, good, query="?format=json", **extra) for _ in range(2)
+    ]
+    assert limited[1].status_code == 429
+    assert [_shape(r) for r in limited] == [_shape(r) for r in limited_whole]
+
+
 def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> None:
     run, _ = running
     response = api.post(f"/api/v1/runs/{run.pk}/metrics/", batch("a", range(1)), format="json")
