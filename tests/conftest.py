@@ -64,10 +64,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         _stop_leftover_jobs(factory.getbasetemp())
 
 
+# Run first: the files whose tests take seconds to a minute each (servers, browsers, fuzzers).
+# bin/test's workers take whole files in collection order, and these, last by name, left one
+# worker finishing them alone while the other waited.
+SLOW_FILES_FIRST = ("tests/system/", "tests/browser/")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if str(item.path.relative_to(ROOT)) in SQLITE_TOO:
             item.add_marker(pytest.mark.sqlite)
+    items.sort(key=lambda item: not str(item.path.relative_to(ROOT)).startswith(SLOW_FILES_FIRST))
 
 
 @pytest.fixture
