@@ -5,6 +5,7 @@ job left running after it)."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,25 @@ SQLITE_TOO = (
     "tests/runs/test_units_every_page.py",  # what the pages read: medians and rollups, either way
 )
 ROOT = Path(__file__).resolve().parents[1]
+SQLITE_MARK = re.compile(rb"\bmark\.sqlite\b")
+
+
+def holds_sqlite_tests(path: Path) -> bool:
+    """Whether a test file may hold tests of the SQLite pass: one of SQLITE_TOO, or a file
+    that marks a test of its own (``pytest.mark.sqlite``)."""
+    listed = path.is_relative_to(ROOT) and str(path.relative_to(ROOT)) in SQLITE_TOO
+    return listed or bool(SQLITE_MARK.search(path.read_bytes()))
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """The SQLite pass (``-m sqlite``) does not import the test files that hold none of its
+    tests: each of its workers would collect the whole suite (about 15 s of CPU, the schema
+    fuzzer's cases included) to keep a few hundred tests."""
+    if config.getoption("markexpr", "") != "sqlite":
+        return None
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    return None if holds_sqlite_tests(collection_path) else True
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
