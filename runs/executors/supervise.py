@@ -46,6 +46,15 @@ def stop_group(child: subprocess.Popen[bytes], grace_seconds: float) -> None:
     child.wait()
 
 
+def _child_environ(pythonpath: str) -> dict[str, str] | None:
+    """The job's environment: this one's, and when the job imports its code from the pinned
+    checkout (which every job at that commit shares), that checkout on its path and no
+    bytecode written into it, or the next run at the commit would find its tree changed."""
+    if not pythonpath:
+        return None
+    return {**os.environ, "PYTHONPATH": pythonpath, "PYTHONDONTWRITEBYTECODE": "1"}
+
+
 def supervise(
     argv: list[str], workdir: Path, time_limit: float, grace: float, pythonpath: str = ""
 ) -> int:
@@ -62,7 +71,7 @@ def supervise(
         child = subprocess.Popen(  # noqa: S603  (argv comes from the recipe's command template)
             argv,
             cwd=workdir,
-            env={**os.environ, "PYTHONPATH": pythonpath} if pythonpath else None,
+            env=_child_environ(pythonpath),
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,

@@ -93,6 +93,36 @@ def test_a_local_job_runs_the_pinned_commit_and_the_run_records_it(
 
 
 @pytest.mark.django_db
+def test_a_local_job_importing_from_the_checkout_leaves_it_clean_for_the_next_run(
+    recipe: Any, repo: Path, settings: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    """The checkout is shared by every job at its commit: a job importing a module from it
+    writes no bytecode there, so the next run at that commit is still recorded clean."""
+    (repo / "pinned_lib.py").write_text("import json, pathlib\n"
+                                        "pathlib.Path('which.json').write_text(json.dumps('lib'))\n")  # fmt: skip
+    git("add", ".", cwd=repo)
+    git("commit", "--quiet", "-m", "a module to import", cwd=repo)
+    head = git("rev-parse", "HEAD", cwd=repo)
+    settings.RUNS_CODE_REPOSITORY = str(repo)
+    plan = launched_plan(recipe, "", git_ref=head)
+    PlanLaunch.objects.filter(plan=plan).update(command_template='{python} -c "import pinned_lib"')
+    with django_capture_on_commit_callbacks(execute=True):
+        dispatching.runs_dispatch()
+    run = Run.objects.get(plan=plan)
+
+    def ended() -> Run | None:
+        reconcile.run_reconcile(run_id=run.pk)
+        done = Run.objects.get(pk=run.pk)
+        return done if done.state in {RunState.FINISHED, RunState.FAILED} else None
+
+    assert wait_for(ended, timeout=30, every=0.2).state == RunState.FINISHED
+    assert json.loads((dispatching.run_workdir(run=run) / "which.json").read_text()) == "lib"
+    checkout = checkout_materialize(repository=str(repo), ref=head)
+    assert not list(checkout.path.rglob("*.pyc"))
+    assert checkout.clean
+
+
+@pytest.mark.django_db
 def test_a_pinned_commit_that_does_not_exist_fails_the_run_before_submitting(
     recipe: Any, repo: Path, settings: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
