@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 from django.core.cache import cache
 from django.core.exceptions import ValidationError
+from django.test import override_settings
 from django.utils import timezone
 
 from proposals import services as proposal_services
@@ -65,22 +66,28 @@ pytestmark = pytest.mark.iris
 SECRET = "s3cr3t-" + uuid.uuid4().hex
 
 
+def iris_settings(controller: IrisController) -> dict[str, Any]:
+    return {
+        "RUNS_IRIS_CONTROLLER_URL": controller.url,
+        "RUNS_IRIS_COMMAND": controller.command,
+        "RUNS_IRIS_HOME": controller.home,
+        "RUNS_IRIS_LOCAL": True,
+        "RUNS_IRIS_LOGS_TIMEOUT": 180,  # a loaded machine starts the command slowly
+        "RUNS_IRIS_JOB_PREFIX": f"t{uuid.uuid4().hex[:10]}",  # one controller, many tests
+    }
+
+
 @pytest.fixture
 def iris(iris_controller: IrisController, settings: Any) -> IrisExecutor:  # noqa: F811
     cache.delete(iris_module.BACKOFF_KEY)
-    settings.RUNS_IRIS_CONTROLLER_URL = iris_controller.url
-    settings.RUNS_IRIS_COMMAND = iris_controller.command
-    settings.RUNS_IRIS_HOME = iris_controller.home
-    settings.RUNS_IRIS_LOCAL = True
-    settings.RUNS_IRIS_LOGS_TIMEOUT = 180  # a loaded machine starts the command slowly
-    settings.RUNS_IRIS_JOB_PREFIX = f"t{uuid.uuid4().hex[:10]}"  # one controller, many tests
+    for name, value in iris_settings(iris_controller).items():
+        setattr(settings, name, value)
     executor = get_executor("iris")
     assert isinstance(executor, IrisExecutor)
     return executor
 
 
-@pytest.fixture
-def argv_seen(monkeypatch: Any) -> list[list[str]]:
+def spy_on_iris(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
     """Every `iris` command the executor runs (they do run), whether it goes to the
     long-lived submitter or starts a process; and every line a submitter is sent."""
     seen: list[list[str]] = []
@@ -98,6 +105,30 @@ def argv_seen(monkeypatch: Any) -> list[list[str]]:
     monkeypatch.setattr(IrisExecutor, "_run", spy)
     monkeypatch.setattr(iris_process.Submitter, "run", send_spy)
     return seen
+
+
+@pytest.fixture
+def argv_seen(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    return spy_on_iris(monkeypatch)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def job_of_2_seconds(
+    iris_controller: IrisController,  # noqa: F811
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[str, list[list[str]]]:
+    """A job with a time limit of 2 s, submitted as the module starts, and the commands that
+    submitted it. Iris reads its jobs' limits once a minute (its controller's timeout scan),
+    so the test that waits for this job to fail comes last in the module: the others run
+    meanwhile, where it waited up to a minute alone."""
+    workdir = tmp_path_factory.mktemp("iris-time-limit")
+    spec = JobSpec(**{**job(workdir, "slow", "import time; time.sleep(600)").__dict__,
+                      "time_limit_seconds": 2})  # fmt: skip
+    with override_settings(**iris_settings(iris_controller)), pytest.MonkeyPatch.context() as mp:
+        cache.delete(iris_module.BACKOFF_KEY)
+        seen = spy_on_iris(mp)
+        external_id = get_executor("iris").submit(spec)
+    return external_id, seen
 
 
 def submits_of(seen: list[list[str]]) -> list[list[str]]:
@@ -794,20 +825,6 @@ def test_the_submitter_s_python_follows_the_iris_command(settings: Any, tmp_path
     assert iris_process.submitter_python(marin) == ["/opt/iris/bin/python", "-I"]
 
 
-def test_the_run_s_time_limit_is_the_iris_job_s_timeout(
-    iris: IrisExecutor, argv_seen: list[list[str]], tmp_path: Path
-) -> None:
-    spec = JobSpec(**{**job(tmp_path, "slow", "import time; time.sleep(600)").__dict__,
-                      "time_limit_seconds": 2})  # fmt: skip
-    external_id = iris.submit(spec)
-    submit = submits_of(argv_seen)[0]
-    assert submit[submit.index("--timeout") :][:2] == ["--timeout", "2"]
-    assert wait_for(lambda: ended(iris, external_id), timeout=180) == JobState.FAILED
-    status = iris.poll(external_id)
-    assert status.failure_kind == "timeout", status.message
-    assert status.message.startswith("the time limit was reached")
-
-
 @pytest.mark.django_db
 def test_the_reconciler_leaves_an_iris_job_s_time_limit_to_iris(
     iris: IrisExecutor,
@@ -882,3 +899,16 @@ def test_a_submitter_that_does_not_answer_in_time_is_killed_and_no_job_is_double
     assert wait_for(lambda: ended(iris, external_id), timeout=120) == JobState.SUCCEEDED
     iris.submit(job(tmp_path, "after", "print('after')"))  # a new submitter takes it
     assert submitter.process is not None and submitter.process.pid != late.pid
+
+
+# Last in the module: its job was submitted as the module started (job_of_2_seconds).
+def test_the_run_s_time_limit_is_the_iris_job_s_timeout(
+    iris: IrisExecutor, job_of_2_seconds: tuple[str, list[list[str]]]
+) -> None:
+    external_id, argv_seen = job_of_2_seconds
+    submit = submits_of(argv_seen)[0]
+    assert submit[submit.index("--timeout") :][:2] == ["--timeout", "2"]
+    assert wait_for(lambda: ended(iris, external_id), timeout=180) == JobState.FAILED
+    status = iris.poll(external_id)
+    assert status.failure_kind == "timeout", status.message
+    assert status.message.startswith("the time limit was reached")
