@@ -161,23 +161,27 @@ def _figure(value: Any, spec: str) -> str:
 
 def recipe_author_dry_runs_allowed(*, recipe_id: int | None) -> bool:
     """Whether the author of a proposal of this recipe may start its dry run: the recipe
-    runs (its executor, else ``RUNS_DEFAULT_EXECUTOR``) on a pool that is not retired, may
-    run the recipe and allows it (``Pool.author_dry_runs``). Elsewhere only a maintainer may."""
+    runs (its executor, else ``RUNS_DEFAULT_EXECUTOR``, when its ``launch.executors`` allows
+    it) on a pool that is not retired, may run the recipe and allows it
+    (``Pool.author_dry_runs``). Elsewhere only a maintainer may."""
     from django.conf import settings
 
     from runs.pools.models import Pool
+    from runs.services.recipes import allowed_executors
     from runs.validators import pool_name
 
     row = (
-        Recipe.objects.filter(pk=recipe_id).values_list("name", "executor").first()
+        Recipe.objects.filter(pk=recipe_id).values_list("name", "executor", "launch").first()
         if recipe_id is not None
         else None
     )
     if row is None:
         return False
-    name, executor = row
-    pool = pool_name(executor or settings.RUNS_DEFAULT_EXECUTOR)
-    if not pool:
+    name, executor, launch = row
+    executor = executor or settings.RUNS_DEFAULT_EXECUTOR
+    pool = pool_name(executor)
+    allowed = allowed_executors(launch)
+    if not pool or (allowed and executor not in allowed):
         return False
     found = Pool.objects.filter(name=pool, retired_at__isnull=True, author_dry_runs=True).first()
     return found is not None and found.may_run(name)

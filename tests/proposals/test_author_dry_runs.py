@@ -59,15 +59,29 @@ def test_the_author_starts_a_dry_run_only_on_a_pool_that_allows_it(
 
 @pytest.mark.parametrize(
     "change",
-    [{"retired": True}, {"recipes": ["another-recipe"]}, {"elsewhere": True}],
-    ids=["retired", "not-its-recipe", "recipe-not-on-the-pool"],
+    [
+        {"retired": True},
+        {"recipes": ["another-recipe"]},
+        {"elsewhere": True},
+        {"by_default": True, "executors": ["local"]},
+    ],
+    ids=["retired", "not-its-recipe", "recipe-not-on-the-pool", "pool-not-in-its-executors"],
 )
 def test_a_pool_that_is_retired_or_does_not_run_the_recipe_allows_no_author_dry_run(
-    contributor: User, recipe: Recipe, maintainer: User, change: dict[str, Any]
+    contributor: User,
+    recipe: Recipe,
+    maintainer: User,
+    change: dict[str, Any],
+    settings: Any,
 ) -> None:
     from django.utils import timezone
 
     pool = on_pool(recipe, maintainer, author_dry_runs=True)
+    if change.get("by_default"):  # the recipe names no executor: the site's default, the pool
+        settings.RUNS_DEFAULT_EXECUTOR = pool.executor
+        Recipe.objects.filter(pk=recipe.pk).update(executor="")
+    if executors := change.get("executors"):  # ...which its launch.executors leaves out
+        Recipe.objects.filter(pk=recipe.pk).update(launch={**recipe.launch, "executors": executors})
     if change.get("retired"):
         Pool.objects.filter(pk=pool.pk).update(retired_at=timezone.now())
     if recipes := change.get("recipes"):
