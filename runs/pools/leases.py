@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from django.conf import settings
@@ -33,9 +33,6 @@ from marin_site.input import clean_text as policy_text
 from runs.models import FailureKind, Run, RunState
 from runs.pools import handout, wakeup
 from runs.pools.models import Agent, Lease, LeaseEnd, Pool
-
-if TYPE_CHECKING:
-    from runs.specs.commands import Filled
 
 REPORT_OUTCOMES = ("exited", "preempted", "canceled", "time_limit", "start_failed")
 
@@ -281,7 +278,38 @@ _GRANT_READS = (
     "max_attempts",
     "time_limit_seconds",
     "started_at",
+    "offer",
 )
+
+
+def _job_of(run: Run, launch: _Launch | None) -> tuple[str, str, dict[str, Any]]:
+    """The command to record, the token and the job (``dispatch.run_offer_job``) of a run
+    being leased: from its offer, prepared when it was offered, with the token put in; or,
+    for an attempt or a commit other than the offer's (a requeued run), filled now."""
+    from runs.services.dispatch import (
+        PYTHON_PLACEHOLDER,
+        TOKEN_SLOT_JSON,
+        run_command,
+        run_job_env,
+        run_offer_job,
+    )
+    from runs.tokens import run_token
+
+    token = run_token(run=run)
+    if run.offer:
+        prepared = orjson.loads(run.offer.replace(TOKEN_SLOT_JSON, token))
+        if (prepared["attempt"], prepared["git_sha"]) == (run.attempt, run.git_sha):
+            return prepared["command"], token, prepared["job"]
+    env = run_job_env(run=run)
+    filled = run_command(
+        run=run,
+        python=PYTHON_PLACEHOLDER,
+        template=launch.template if launch else None,
+        options=launch.options if launch else None,
+        default_config=launch.default_config if launch else None,
+        env=env,
+    )
+    return shlex.join(filled.shown), token, run_offer_job(run=run, filled=filled, env=env)
 
 
 def leases_grant(
@@ -302,7 +330,6 @@ def leases_grant(
     committed, before the transitions' own after-commit work (their signals), so a waiting
     poll gets its lease without waiting for that."""
     from marin_site.doors import Door
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command, run_job_env
     from runs.services.runs import Move, runs_transition
     from runs.tokens import token_hash as run_token_hash
 
@@ -331,20 +358,11 @@ def leases_grant(
         if on_commit is not None:
             transaction.on_commit(lambda: on_commit(granted))
         created = _leases_create(pairs=pairs)
-        moves, filled = [], []
+        moves, jobs = [], []  # the run's part of an answer is made from the locked run
         for lease in created:
             agent, run = by_id[lease.agent_id], lease.run
-            launch = launches.get(run.plan_id)
-            env = run_job_env(run=run)
-            command = run_command(
-                run=run,
-                python=PYTHON_PLACEHOLDER,
-                template=launch.template if launch else None,
-                options=launch.options if launch else None,
-                default_config=launch.default_config if launch else None,
-                env=env,
-            )
-            filled.append((command, env))
+            command, token, job = _job_of(run, launches.get(run.plan_id))
+            jobs.append(job)
             moves.append(
                 Move(
                     run.pk,
@@ -352,10 +370,11 @@ def leases_grant(
                     actor_label=agent.label,
                     changes={
                         "external_id": lease.external_id,
-                        "command": shlex.join(command.shown),
-                        "token_hash": run_token_hash(env["RUN_TOKEN"]),
+                        "command": command,
+                        "token_hash": run_token_hash(token),
                         "output_path": "",
                         "secret_env_names": [],
+                        "offer": "",  # told to its agent now
                     },
                 )
             )
@@ -365,11 +384,11 @@ def leases_grant(
             door=Door.AGENT,
             locked={run.pk: run for _agent, run in pairs},
         )
-        for lease, run, (command, env) in zip(created, moved, filled, strict=True):
+        for lease, run, job in zip(created, moved, jobs, strict=True):
             lease.agent, lease.run = by_id[lease.agent_id], run
             launch = launches.get(run.plan_id)
             repository = launch.git_repository if launch else _git_repository(run.plan_id)
-            offer = _offer(lease=lease, run=run, filled=command, git_repository=repository, env=env)
+            offer = _offer(lease=lease, run=run, job=job, git_repository=repository)
             lease.answer = orjson.dumps(offer)
             granted[lease.agent_id] = lease
     return granted
@@ -461,19 +480,27 @@ def lease_offer(*, lease: Lease) -> dict[str, Any]:
     """What the agent needs to execute the leased run. Only this run's token; never the
     site's own secrets (the job inherits the agent's environment for its own)."""
     from runs.models import PlanLaunch
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command
+    from runs.services.dispatch import (
+        PYTHON_PLACEHOLDER,
+        run_command,
+        run_job_env,
+        run_offer_job,
+    )
 
     run = lease.run
     launch = PlanLaunch.objects.only("command_template", "launch_options", "git_repository").get(
         plan_id=run.plan_id
     )
+    env = run_job_env(run=run)
     filled = run_command(
         run=run,
         python=PYTHON_PLACEHOLDER,
         template=launch.command_template,
         options=launch.launch_options,
+        env=env,
     )
-    return _offer(lease=lease, run=run, filled=filled, git_repository=launch.git_repository)
+    job = run_offer_job(run=run, filled=filled, env=env)
+    return _offer(lease=lease, run=run, job=job, git_repository=launch.git_repository)
 
 
 def lease_answer(*, lease: Lease) -> bytes:
@@ -484,16 +511,10 @@ def lease_answer(*, lease: Lease) -> bytes:
     return orjson.dumps(lease_offer(lease=lease))
 
 
-def _offer(
-    *,
-    lease: Lease,
-    run: Run,
-    filled: Filled,
-    git_repository: str,
-    env: dict[str, str] | None = None,
-) -> dict[str, Any]:
+def _offer(*, lease: Lease, run: Run, job: dict[str, Any], git_repository: str) -> dict[str, Any]:
+    """The whole answer: the lease, the run, and its job (``dispatch.run_offer_job``) with
+    the lease's own part (the archive of the pinned code)."""
     from runs.executors.code import import_paths
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_config_file, run_job_env
 
     code = {}
     if git_repository and run.git_sha:  # the agent runs the pinned commit's source
@@ -522,10 +543,7 @@ def _offer(
             "url": f"{settings.SITE_URL}{run.get_absolute_url()}",
         },
         "job": {
-            "argv": filled.argv,
-            "python_placeholder": PYTHON_PLACEHOLDER,
-            "env": {**(run_job_env(run=run) if env is None else env), **filled.env},
-            "files": {"config.json": run_config_file(run=run)},
+            **job,
             "grace_seconds": settings.RUNS_AGENT_GRACE_SECONDS,
             "code": code,
         },
