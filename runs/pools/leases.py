@@ -24,7 +24,7 @@ from typing import Any
 import orjson
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from marin_site.errors import ActionForbidden, DomainError
@@ -236,14 +236,18 @@ def _by_plans_barred(
 
 
 def _leases_create(*, pairs: list[tuple[Agent, Run]]) -> list[Lease]:
-    """The lease rows of (agent, run) pairs: one INSERT, or, when an agent holds an open
-    lease already (two polls of one agent at once: its partial unique index refuses), one
-    INSERT per pair in a savepoint of its own, leaving out the agents that hold one."""
+    """The lease rows of (agent, run) pairs, leaving out the agents that hold an open lease
+    already (two polls of one agent at once: its partial unique index refuses the second).
+    On PostgreSQL one INSERT ... ON CONFLICT DO NOTHING; elsewhere one INSERT, or, when it
+    is refused, one INSERT per pair in a savepoint of its own."""
     now = timezone.now()
     expires = now + timedelta(seconds=_lease_seconds())
 
     def row(agent: Agent, run: Run) -> Lease:
         return Lease(run=run, agent=agent, attempt=run.attempt, renewed_at=now, expires_at=expires)
+
+    if connection.vendor == "postgresql":
+        return _leases_insert(pairs=pairs, row=row)
 
     try:
         with transaction.atomic():
@@ -259,6 +263,41 @@ def _leases_create(*, pairs: list[tuple[Agent, Run]]) -> list[Lease]:
             except IntegrityError:
                 continue  # the other poll of this agent won
         return created
+
+
+def _leases_insert(
+    *, pairs: list[tuple[Agent, Run]], row: Callable[[Agent, Run], Lease]
+) -> list[Lease]:
+    """``_leases_create`` on PostgreSQL: one statement, no savepoint, the rows as arrays."""
+    leases = [row(agent, run) for agent, run in pairs]
+    first = leases[0]
+    first.created_at = first.renewed_at
+    table = Lease._meta.db_table
+    by_name = {f.name: f for f in Lease._meta.concrete_fields}
+    fields = [by_name[name] for name in ("run", "agent", "attempt")]
+    same = [
+        by_name[name]
+        for name in ("created_at", "renewed_at", "expires_at", "end_reason", "outcome", "log_tail")
+    ]
+    columns = ", ".join(f'"{f.column}"' for f in [*fields, *same])
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+    values = ", ".join("%s" for _ in same)
+    params: list[Any] = [f.get_db_prep_save(getattr(first, f.attname), connection) for f in same]
+    params += [[getattr(lease, f.attname) for lease in leases] for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{table}" ({columns}) SELECT v.*, {values} '  # noqa: S608
+            f"FROM unnest({arrays}) AS v ON CONFLICT DO NOTHING RETURNING id, agent_id",
+            params,
+        )
+        ids = {agent_id: pk for pk, agent_id in cursor.fetchall()}
+    created = []
+    for lease in leases:
+        if lease.agent_id in ids:
+            lease.pk, lease.created_at = ids[lease.agent_id], first.created_at
+            lease._state.adding = False
+            created.append(lease)
+    return created
 
 
 # What a grant reads of an offered run (its move to running and its agent's answer), and

@@ -226,7 +226,6 @@ def runs_save(runs: list[Run], fields: set[str]) -> None:
         )
 
 
-@transaction.atomic
 def runs_transition(
     *,
     moves: list[Move],
@@ -242,7 +241,18 @@ def runs_transition(
     move the state machine does not have refuses them all. Answers the runs, as ``moves``.
     ``locked``: the runs by id, read with ``SELECT ... FOR UPDATE`` by the caller in this
     transaction already, so not read again (with at least the fields a transition reads and
-    writes)."""
+    writes). In the caller's transaction it takes no savepoint: a refusal comes before any
+    write."""
+    if not connection.in_atomic_block:
+        with transaction.atomic():
+            return runs_transition(
+                moves=moves,
+                to_state=to_state,
+                door=door,
+                actor=actor,
+                failure_kind=failure_kind,
+                locked=locked,
+            )
     if to_state not in RUN_TRANSITIONS:
         raise DomainError(f"Unknown run state '{to_state}'.")
     ids = [move.run_id for move in moves]
