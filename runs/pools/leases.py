@@ -300,15 +300,13 @@ def _leases_insert(
     return created
 
 
-# What a grant reads of an offered run (its move to running and its agent's answer), and
-# of its plan entry: the runs' other columns (results, tracker data) are not decoded for it.
+# What a grant reads of an offered run (its move to running and its agent's answer): the
+# runs' other columns (config, results, tracker data) are not decoded for it. Its job was
+# filled when it was offered; a run whose job is filled now reads its config and entry then.
 _GRANT_READS = (
     "plan_id",
-    "entry__scale",
-    "entry__seed",
     "recipe_name",
     "recipe_version",
-    "config",
     "config_hash",
     "state",
     "git_sha",
@@ -384,7 +382,6 @@ def leases_grant(
                 _offered_to(pool)
                 .exclude(plan_id__in=barred)
                 .exclude(pk__in=taken)
-                .select_related("entry")
                 .only(*_GRANT_READS)
                 .select_for_update(skip_locked=True, of=("self",))
                 .order_by("dispatched_at", "pk")[: len(group)]

@@ -226,6 +226,29 @@ def runs_save(runs: list[Run], fields: set[str]) -> None:
         )
 
 
+def _events_insert(events: list[RunEvent]) -> None:
+    """Insert timeline rows made by ``RunEvent.build``, all of one moment: on PostgreSQL one
+    INSERT ... SELECT FROM unnest(arrays), without the ORM's work per row and field."""
+    if connection.vendor != "postgresql":
+        RunEvent.objects.bulk_create(events)
+        return
+    now = timezone.now()
+    for event in events:
+        event.created_at = now
+    fields = [f for f in RunEvent._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+    params = [
+        [f.get_db_prep_save(getattr(e, f.attname), connection) for e in events] for f in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{RunEvent._meta.db_table}" ({columns}) '  # noqa: S608
+            f"SELECT * FROM unnest({arrays})",
+            params,
+        )
+
+
 def runs_transition(
     *,
     moves: list[Move],
@@ -285,7 +308,7 @@ def runs_transition(
         moved.append((run, source))
     if moved:
         runs_save([run for run, _ in moved], fields)
-        RunEvent.objects.bulk_create(events)
+        _events_insert(events)
     for run, source in moved:
         _transition_after(run_id=run.pk, plan_id=run.plan_id, source=source, to_state=to_state)
     return [runs[move.run_id] for move in moves]
