@@ -69,7 +69,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "marin_site.middleware.RequestBodyCapMiddleware",
     "django.middleware.security.SecurityMiddleware",
-    "csp.middleware.CSPMiddleware",
+    "marin_site.middleware.PolicyMiddleware",  # django-csp's, its policy built once
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

@@ -297,6 +297,10 @@ class Run(models.Model):
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="cached_by"
     )
     command = models.TextField(blank=True)
+    # A pool's run: what an agent leasing this attempt is told of it, filled when the
+    # dispatcher offered it (``dispatch.run_offer_prepare``), so that the lease does not fill
+    # it then; emptied when it is leased. JSON text, with the token's place held.
+    offer = models.TextField(blank=True, editable=False)
     git_sha = models.CharField(
         max_length=255,
         blank=True,

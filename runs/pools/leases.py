@@ -19,12 +19,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import orjson
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from marin_site.errors import ActionForbidden, DomainError
@@ -33,9 +33,6 @@ from marin_site.input import clean_text as policy_text
 from runs.models import FailureKind, Run, RunState
 from runs.pools import handout, wakeup
 from runs.pools.models import Agent, Lease, LeaseEnd, Pool
-
-if TYPE_CHECKING:
-    from runs.specs.commands import Filled
 
 REPORT_OUTCOMES = ("exited", "preempted", "canceled", "time_limit", "start_failed")
 
@@ -239,14 +236,18 @@ def _by_plans_barred(
 
 
 def _leases_create(*, pairs: list[tuple[Agent, Run]]) -> list[Lease]:
-    """The lease rows of (agent, run) pairs: one INSERT, or, when an agent holds an open
-    lease already (two polls of one agent at once: its partial unique index refuses), one
-    INSERT per pair in a savepoint of its own, leaving out the agents that hold one."""
+    """The lease rows of (agent, run) pairs, leaving out the agents that hold an open lease
+    already (two polls of one agent at once: its partial unique index refuses the second).
+    On PostgreSQL one INSERT ... ON CONFLICT DO NOTHING; elsewhere one INSERT, or, when it
+    is refused, one INSERT per pair in a savepoint of its own."""
     now = timezone.now()
     expires = now + timedelta(seconds=_lease_seconds())
 
     def row(agent: Agent, run: Run) -> Lease:
         return Lease(run=run, agent=agent, attempt=run.attempt, renewed_at=now, expires_at=expires)
+
+    if connection.vendor == "postgresql":
+        return _leases_insert(pairs=pairs, row=row)
 
     try:
         with transaction.atomic():
@@ -264,15 +265,48 @@ def _leases_create(*, pairs: list[tuple[Agent, Run]]) -> list[Lease]:
         return created
 
 
-# What a grant reads of an offered run (its move to running and its agent's answer), and
-# of its plan entry: the runs' other columns (results, tracker data) are not decoded for it.
+def _leases_insert(
+    *, pairs: list[tuple[Agent, Run]], row: Callable[[Agent, Run], Lease]
+) -> list[Lease]:
+    """``_leases_create`` on PostgreSQL: one statement, no savepoint, the rows as arrays."""
+    leases = [row(agent, run) for agent, run in pairs]
+    first = leases[0]
+    first.created_at = first.renewed_at
+    table = Lease._meta.db_table
+    by_name = {f.name: f for f in Lease._meta.concrete_fields}
+    fields = [by_name[name] for name in ("run", "agent", "attempt")]
+    same = [
+        by_name[name]
+        for name in ("created_at", "renewed_at", "expires_at", "end_reason", "outcome", "log_tail")
+    ]
+    columns = ", ".join(f'"{f.column}"' for f in [*fields, *same])
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+    values = ", ".join("%s" for _ in same)
+    params: list[Any] = [f.get_db_prep_save(getattr(first, f.attname), connection) for f in same]
+    params += [[getattr(lease, f.attname) for lease in leases] for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{table}" ({columns}) SELECT v.*, {values} '  # noqa: S608
+            f"FROM unnest({arrays}) AS v ON CONFLICT DO NOTHING RETURNING id, agent_id",
+            params,
+        )
+        ids = {agent_id: pk for pk, agent_id in cursor.fetchall()}
+    created = []
+    for lease in leases:
+        if lease.agent_id in ids:
+            lease.pk, lease.created_at = ids[lease.agent_id], first.created_at
+            lease._state.adding = False
+            created.append(lease)
+    return created
+
+
+# What a grant reads of an offered run (its move to running and its agent's answer): the
+# runs' other columns (config, results, tracker data) are not decoded for it. Its job was
+# filled when it was offered; a run whose job is filled now reads its config and entry then.
 _GRANT_READS = (
     "plan_id",
-    "entry__scale",
-    "entry__seed",
     "recipe_name",
     "recipe_version",
-    "config",
     "config_hash",
     "state",
     "git_sha",
@@ -281,7 +315,38 @@ _GRANT_READS = (
     "max_attempts",
     "time_limit_seconds",
     "started_at",
+    "offer",
 )
+
+
+def _job_of(run: Run, launch: _Launch | None) -> tuple[str, str, dict[str, Any]]:
+    """The command to record, the token and the job (``dispatch.run_offer_job``) of a run
+    being leased: from its offer, prepared when it was offered, with the token put in; or,
+    for an attempt or a commit other than the offer's (a requeued run), filled now."""
+    from runs.services.dispatch import (
+        PYTHON_PLACEHOLDER,
+        TOKEN_SLOT_JSON,
+        run_command,
+        run_job_env,
+        run_offer_job,
+    )
+    from runs.tokens import run_token
+
+    token = run_token(run=run)
+    if run.offer:
+        prepared = orjson.loads(run.offer.replace(TOKEN_SLOT_JSON, token))
+        if (prepared["attempt"], prepared["git_sha"]) == (run.attempt, run.git_sha):
+            return prepared["command"], token, prepared["job"]
+    env = run_job_env(run=run)
+    filled = run_command(
+        run=run,
+        python=PYTHON_PLACEHOLDER,
+        template=launch.template if launch else None,
+        options=launch.options if launch else None,
+        default_config=launch.default_config if launch else None,
+        env=env,
+    )
+    return shlex.join(filled.shown), token, run_offer_job(run=run, filled=filled, env=env)
 
 
 def leases_grant(
@@ -302,7 +367,6 @@ def leases_grant(
     committed, before the transitions' own after-commit work (their signals), so a waiting
     poll gets its lease without waiting for that."""
     from marin_site.doors import Door
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command, run_job_env
     from runs.services.runs import Move, runs_transition
     from runs.tokens import token_hash as run_token_hash
 
@@ -318,7 +382,6 @@ def leases_grant(
                 _offered_to(pool)
                 .exclude(plan_id__in=barred)
                 .exclude(pk__in=taken)
-                .select_related("entry")
                 .only(*_GRANT_READS)
                 .select_for_update(skip_locked=True, of=("self",))
                 .order_by("dispatched_at", "pk")[: len(group)]
@@ -331,20 +394,11 @@ def leases_grant(
         if on_commit is not None:
             transaction.on_commit(lambda: on_commit(granted))
         created = _leases_create(pairs=pairs)
-        moves, filled = [], []
+        moves, jobs = [], []  # the run's part of an answer is made from the locked run
         for lease in created:
             agent, run = by_id[lease.agent_id], lease.run
-            launch = launches.get(run.plan_id)
-            env = run_job_env(run=run)
-            command = run_command(
-                run=run,
-                python=PYTHON_PLACEHOLDER,
-                template=launch.template if launch else None,
-                options=launch.options if launch else None,
-                default_config=launch.default_config if launch else None,
-                env=env,
-            )
-            filled.append((command, env))
+            command, token, job = _job_of(run, launches.get(run.plan_id))
+            jobs.append(job)
             moves.append(
                 Move(
                     run.pk,
@@ -352,10 +406,11 @@ def leases_grant(
                     actor_label=agent.label,
                     changes={
                         "external_id": lease.external_id,
-                        "command": shlex.join(command.shown),
-                        "token_hash": run_token_hash(env["RUN_TOKEN"]),
+                        "command": command,
+                        "token_hash": run_token_hash(token),
                         "output_path": "",
                         "secret_env_names": [],
+                        "offer": "",  # told to its agent now
                     },
                 )
             )
@@ -365,11 +420,11 @@ def leases_grant(
             door=Door.AGENT,
             locked={run.pk: run for _agent, run in pairs},
         )
-        for lease, run, (command, env) in zip(created, moved, filled, strict=True):
+        for lease, run, job in zip(created, moved, jobs, strict=True):
             lease.agent, lease.run = by_id[lease.agent_id], run
             launch = launches.get(run.plan_id)
             repository = launch.git_repository if launch else _git_repository(run.plan_id)
-            offer = _offer(lease=lease, run=run, filled=command, git_repository=repository, env=env)
+            offer = _offer(lease=lease, run=run, job=job, git_repository=repository)
             lease.answer = orjson.dumps(offer)
             granted[lease.agent_id] = lease
     return granted
@@ -461,19 +516,27 @@ def lease_offer(*, lease: Lease) -> dict[str, Any]:
     """What the agent needs to execute the leased run. Only this run's token; never the
     site's own secrets (the job inherits the agent's environment for its own)."""
     from runs.models import PlanLaunch
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_command
+    from runs.services.dispatch import (
+        PYTHON_PLACEHOLDER,
+        run_command,
+        run_job_env,
+        run_offer_job,
+    )
 
     run = lease.run
     launch = PlanLaunch.objects.only("command_template", "launch_options", "git_repository").get(
         plan_id=run.plan_id
     )
+    env = run_job_env(run=run)
     filled = run_command(
         run=run,
         python=PYTHON_PLACEHOLDER,
         template=launch.command_template,
         options=launch.launch_options,
+        env=env,
     )
-    return _offer(lease=lease, run=run, filled=filled, git_repository=launch.git_repository)
+    job = run_offer_job(run=run, filled=filled, env=env)
+    return _offer(lease=lease, run=run, job=job, git_repository=launch.git_repository)
 
 
 def lease_answer(*, lease: Lease) -> bytes:
@@ -484,16 +547,10 @@ def lease_answer(*, lease: Lease) -> bytes:
     return orjson.dumps(lease_offer(lease=lease))
 
 
-def _offer(
-    *,
-    lease: Lease,
-    run: Run,
-    filled: Filled,
-    git_repository: str,
-    env: dict[str, str] | None = None,
-) -> dict[str, Any]:
+def _offer(*, lease: Lease, run: Run, job: dict[str, Any], git_repository: str) -> dict[str, Any]:
+    """The whole answer: the lease, the run, and its job (``dispatch.run_offer_job``) with
+    the lease's own part (the archive of the pinned code)."""
     from runs.executors.code import import_paths
-    from runs.services.dispatch import PYTHON_PLACEHOLDER, run_config_file, run_job_env
 
     code = {}
     if git_repository and run.git_sha:  # the agent runs the pinned commit's source
@@ -522,10 +579,7 @@ def _offer(
             "url": f"{settings.SITE_URL}{run.get_absolute_url()}",
         },
         "job": {
-            "argv": filled.argv,
-            "python_placeholder": PYTHON_PLACEHOLDER,
-            "env": {**(run_job_env(run=run) if env is None else env), **filled.env},
-            "files": {"config.json": run_config_file(run=run)},
+            **job,
             "grace_seconds": settings.RUNS_AGENT_GRACE_SECONDS,
             "code": code,
         },

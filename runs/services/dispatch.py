@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
@@ -39,8 +40,15 @@ from runs.executors.code import Checkout, CodeError, checkout_materialize
 from runs.executors.pool import PoolExecutor
 from runs.models import FailureKind, Plan, PlanLaunch, Run, RunEvent, RunState
 from runs.pools import wakeup
-from runs.services.runs import run_event_record, run_transition
-from runs.specs.commands import CommandError, Filled, Launch, RunValues, command_fill
+from runs.services.runs import run_event_record, run_transition, runs_save
+from runs.specs.commands import (
+    SECRET_JOB_ENV,
+    CommandError,
+    Filled,
+    Launch,
+    RunValues,
+    command_fill,
+)
 from runs.tokens import run_token, token_hash
 
 logger = logging.getLogger(__name__)
@@ -251,25 +259,39 @@ def _run_begin(run: Run, launch: PlanLaunch, to_offer: list[Run]) -> tuple[list[
 def _runs_offer(runs: list[Run]) -> list[int]:
     """Offer queued runs to their pools' agents, a few statements per pool however many
     runs (a 256-run plan is offered in one UPDATE, one bulk insert of events and one
-    NOTIFY), inside the dispatcher's transaction. A plan whose command template cannot be
-    filled goes through ``run_start``, which fails its runs saying why."""
+    NOTIFY), inside the dispatcher's transaction, each with what an agent leasing it will
+    be told filled in already (``run_offer_prepare``). A plan whose command template cannot
+    be filled goes through ``run_start``, which fails its runs saying why."""
     broken: set[int] = set()
+    launches: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+    for plan_id, template, options, snapshot in PlanLaunch.objects.filter(
+        plan_id__in={run.plan_id for run in runs}
+    ).values_list("plan_id", "command_template", "launch_options", "plan__recipe_snapshot"):
+        launches[plan_id] = (template, options or {}, (snapshot or {}).get("default_config") or {})
     for first in {run.plan_id: run for run in runs}.values():
+        template, options, defaults = launches[first.plan_id]
         try:
-            run_command(run=first, python=PYTHON_PLACEHOLDER)
+            run_command(
+                run=first,
+                python=PYTHON_PLACEHOLDER,
+                template=template,
+                options=options,
+                default_config=defaults,
+            )
         except DomainError:
             broken.add(first.plan_id)
     offered: list[int] = []
-    by_executor: dict[str, list[int]] = {}
+    by_executor: dict[str, list[Run]] = {}
     for run in runs:
         if run.plan_id in broken:
             run_start(run_id=run.pk)
         else:
-            by_executor.setdefault(run.executor, []).append(run.pk)
+            by_executor.setdefault(run.executor, []).append(run)
     now = timezone.now()
-    for executor, run_ids in by_executor.items():
+    for executor, group in by_executor.items():
         pool = pool_name(executor)
-        ids = list(
+        run_ids = [run.pk for run in group]
+        ids = set(
             Run.objects.select_for_update()
             .filter(
                 pk__in=run_ids,
@@ -282,9 +304,12 @@ def _runs_offer(runs: list[Run]) -> list[int]:
         )
         if not ids:
             continue
-        Run.objects.filter(pk__in=ids).update(
-            dispatched_at=now, state_reason=f"waiting for an agent of pool '{pool}'", updated_at=now
-        )
+        chosen = [run for run in group if run.pk in ids]
+        for run in chosen:
+            run.dispatched_at = run.updated_at = now
+            run.state_reason = f"waiting for an agent of pool '{pool}'"
+            run.offer = run_offer_prepare(run=run, launch=launches[run.plan_id])
+        runs_save(chosen, {"dispatched_at", "state_reason", "updated_at", "offer"})
         RunEvent.objects.bulk_create(
             (
                 RunEvent.build(
@@ -295,8 +320,53 @@ def _runs_offer(runs: list[Run]) -> list[int]:
             batch_size=500,
         )
         wakeup.work_offered(pool)
-        offered += ids
+        offered += sorted(ids)
     return offered
+
+
+# Where a prepared offer holds the run's token: only its hash is ever stored (``runs.tokens``),
+# so the token goes in when the run is leased.
+TOKEN_SLOT = "\x00run token\x00"  # noqa: S105  (a placeholder, not a secret)
+TOKEN_SLOT_JSON = orjson.dumps(TOKEN_SLOT)[1:-1].decode()
+
+
+def run_offer_job(*, run: Run, filled: Filled, env: dict[str, str]) -> dict[str, Any]:
+    """What an agent leasing the run's current attempt is told of its job, the same
+    whichever agent leases it (``leases._offer`` adds the run's and the lease's parts)."""
+    return {
+        "argv": filled.argv,
+        "python_placeholder": PYTHON_PLACEHOLDER,
+        "env": {**env, **filled.env},
+        "files": {"config.json": run_config_file(run=run)},
+    }
+
+
+def run_offer_prepare(*, run: Run, launch: tuple[str, dict[str, Any], dict[str, Any]]) -> str:
+    """The run's ``offer``: the command to record and ``run_offer_job``, with the attempt and
+    commit they were filled for, as JSON text with ``TOKEN_SLOT`` where the token goes; ""
+    if the command cannot be filled (the lease fills it, and says why)."""
+    template, options, defaults = launch
+    env = {
+        name: TOKEN_SLOT if name in SECRET_JOB_ENV else value
+        for name, value in run_job_env(run=run).items()
+    }
+    try:
+        filled = run_command(
+            run=run,
+            python=PYTHON_PLACEHOLDER,
+            template=template,
+            options=options,
+            default_config=defaults,
+            env=env,
+        )
+    except DomainError:
+        return ""
+    command = shlex.join(filled.shown)
+    if TOKEN_SLOT in command:
+        return ""  # never recorded: the lease fills it with the token shown as $RUN_TOKEN
+    job = run_offer_job(run=run, filled=filled, env=env)
+    prepared = {"attempt": run.attempt, "git_sha": run.git_sha, "command": command, "job": job}
+    return orjson.dumps(prepared).decode()
 
 
 def run_workdir(*, run: Run) -> Path:

@@ -8,6 +8,7 @@ twice, or after a lost message, and leaves the same rows behind.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import AnonymousUser, User
@@ -89,11 +90,18 @@ def _transition_check(run: Run, to_state: str) -> bool:
 
 
 def _transition_apply(
-    run: Run, *, to_state: str, failure_kind: str, move: Move, door: str, actor: Actor
+    run: Run,
+    *,
+    to_state: str,
+    failure_kind: str,
+    move: Move,
+    door: str,
+    actor: Actor,
+    now: datetime | None = None,
 ) -> tuple[set[str], RunEvent]:
     """Change ``run`` in memory for its move to ``to_state``: the fields to save, and its
-    timeline event (unsaved)."""
-    now = timezone.now()
+    timeline event (unsaved). ``now``: the moment of the move (one for a batch)."""
+    now = now or timezone.now()
     source = run.state
     update_fields = {"state", "state_reason", "failure_kind", "updated_at"}
     run.state = to_state
@@ -179,43 +187,68 @@ def run_transition(
     return run
 
 
-def _runs_save(runs: list[Run], fields: set[str]) -> None:
-    """Save ``fields`` of many runs in two statements: one UPDATE of the fields whose value is
-    the same on every run, one of those that differ (on PostgreSQL an UPDATE ... FROM
-    unnest(arrays): ``bulk_update``'s CASE per row and field costs the ORM far more CPU)."""
+def runs_save(runs: list[Run], fields: set[str]) -> None:
+    """Save ``fields`` of many runs in one statement, each row written once: on PostgreSQL an
+    UPDATE ... FROM unnest(arrays) for the fields that differ from run to run, setting those
+    whose value is the same on every run as one value (``bulk_update``'s CASE per row and
+    field costs the ORM far more CPU, and a second UPDATE of the same rows would write each
+    row and its ten index entries twice)."""
     ids = [run.pk for run in runs]
-    concrete = {f.name: f for f in Run._meta.concrete_fields if f.name in fields}
-    same = {
-        name: getattr(runs[0], field.attname)
-        for name, field in concrete.items()
-        if all(getattr(run, field.attname) == getattr(runs[0], field.attname) for run in runs)
-    }
-    if same:
-        Run.objects.filter(pk__in=ids).update(**same)
-    differ = [field for name, field in concrete.items() if name not in same]
-    if not differ:
-        return
+    concrete = [f for f in Run._meta.concrete_fields if f.name in fields]
+    first = runs[0]
+    same = [
+        f for f in concrete if all(getattr(r, f.attname) == getattr(first, f.attname) for r in runs)
+    ]
+    differ = [f for f in concrete if f not in same]
     if connection.vendor != "postgresql" or any(
         f.get_internal_type() == "JSONField" for f in differ
     ):
-        Run.objects.bulk_update(runs, [field.name for field in differ])
+        if same:
+            Run.objects.filter(pk__in=ids).update(
+                **{f.name: getattr(first, f.attname) for f in same}
+            )
+        if differ:
+            Run.objects.bulk_update(runs, [f.name for f in differ])
         return
-    columns = ", ".join(f'"{f.column}" = v."{f.column}"' for f in differ)
-    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in differ)
-    names = ", ".join(f'"{f.column}"' for f in differ)
     table = Run._meta.db_table
-    params: list[Any] = [ids] + [
+    sets = [f'"{f.column}" = %s' for f in same] + [f'"{f.column}" = v."{f.column}"' for f in differ]
+    arrays = "".join(f", %s::{f.db_type(connection)}[]" for f in differ)
+    names = "".join(f', "{f.column}"' for f in differ)
+    params: list[Any] = [f.get_db_prep_save(getattr(first, f.attname), connection) for f in same]
+    params += [ids] + [
         [f.get_db_prep_save(getattr(run, f.attname), connection) for run in runs] for f in differ
     ]
     with connection.cursor() as cursor:
         cursor.execute(
-            f'UPDATE "{table}" SET {columns} FROM unnest(%s::bigint[], {arrays}) '  # noqa: S608
-            f'AS v("id", {names}) WHERE "{table}"."id" = v."id"',
+            f'UPDATE "{table}" SET {", ".join(sets)} '  # noqa: S608
+            f'FROM unnest(%s::bigint[]{arrays}) AS v("id"{names}) WHERE "{table}"."id" = v."id"',
             params,
         )
 
 
-@transaction.atomic
+def _events_insert(events: list[RunEvent]) -> None:
+    """Insert timeline rows made by ``RunEvent.build``, all of one moment: on PostgreSQL one
+    INSERT ... SELECT FROM unnest(arrays), without the ORM's work per row and field."""
+    if connection.vendor != "postgresql":
+        RunEvent.objects.bulk_create(events)
+        return
+    now = timezone.now()
+    for event in events:
+        event.created_at = now
+    fields = [f for f in RunEvent._meta.concrete_fields if not f.primary_key]
+    columns = ", ".join(f'"{f.column}"' for f in fields)
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+    params = [
+        [f.get_db_prep_save(getattr(e, f.attname), connection) for e in events] for f in fields
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f'INSERT INTO "{RunEvent._meta.db_table}" ({columns}) '  # noqa: S608
+            f"SELECT * FROM unnest({arrays})",
+            params,
+        )
+
+
 def runs_transition(
     *,
     moves: list[Move],
@@ -231,7 +264,18 @@ def runs_transition(
     move the state machine does not have refuses them all. Answers the runs, as ``moves``.
     ``locked``: the runs by id, read with ``SELECT ... FOR UPDATE`` by the caller in this
     transaction already, so not read again (with at least the fields a transition reads and
-    writes)."""
+    writes). In the caller's transaction it takes no savepoint: a refusal comes before any
+    write."""
+    if not connection.in_atomic_block:
+        with transaction.atomic():
+            return runs_transition(
+                moves=moves,
+                to_state=to_state,
+                door=door,
+                actor=actor,
+                failure_kind=failure_kind,
+                locked=locked,
+            )
     if to_state not in RUN_TRANSITIONS:
         raise DomainError(f"Unknown run state '{to_state}'.")
     ids = [move.run_id for move in moves]
@@ -244,20 +288,27 @@ def runs_transition(
     moved: list[tuple[Run, str]] = []
     fields: set[str] = set()
     events: list[RunEvent] = []
+    now = timezone.now()  # one moment for the batch: its times are one value in the UPDATE
     for move in moves:
         run = runs[move.run_id]
         if not _transition_check(run, to_state):
             continue
         source = run.state
         update_fields, event = _transition_apply(
-            run, to_state=to_state, failure_kind=failure_kind, move=move, door=door, actor=actor
+            run,
+            to_state=to_state,
+            failure_kind=failure_kind,
+            move=move,
+            door=door,
+            actor=actor,
+            now=now,
         )
         fields |= update_fields
         events.append(event)
         moved.append((run, source))
     if moved:
-        _runs_save([run for run, _ in moved], fields)
-        RunEvent.objects.bulk_create(events)
+        runs_save([run for run, _ in moved], fields)
+        _events_insert(events)
     for run, source in moved:
         _transition_after(run_id=run.pk, plan_id=run.plan_id, source=source, to_state=to_state)
     return [runs[move.run_id] for move in moves]

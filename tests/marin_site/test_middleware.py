@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from csp.utils import build_policy
 from django.conf import settings as django_settings
 from django.test import Client
 
@@ -54,6 +55,20 @@ def test_a_page_from_the_page_cache_carries_the_policy_too(client: Client, setti
     second = client.get("/")
     assert second.status_code == 200
     assert first["Content-Security-Policy"] == second["Content-Security-Policy"]
+
+
+def test_the_policy_built_once_is_django_csp_s_and_follows_the_settings(
+    client: Client, settings: Any
+) -> None:
+    first = client.get("/healthz")["Content-Security-Policy"]
+    assert first == build_policy()  # what django-csp's own middleware would send
+    directives = settings.CONTENT_SECURITY_POLICY["DIRECTIVES"]
+    settings.CONTENT_SECURITY_POLICY = {"DIRECTIVES": {**directives, "img-src": ["'self'"]}}
+
+    second = client.get("/healthz")["Content-Security-Policy"]
+
+    assert _directives(second)["img-src"] == ["'self'"]
+    assert second == build_policy() != first
 
 
 INLINE_SCRIPT = re.compile(r"<script(?![^>]*\bsrc=)(?![^>]*application/json)[^>]*>", re.I)

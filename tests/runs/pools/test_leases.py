@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 
 from marin_site.errors import ActionForbidden
 from runs import tokens
-from runs.models import Run, RunEvent, RunState
+from runs.models import PlanLaunch, Run, RunEvent, RunState
 from runs.pools import leases, services
 from runs.pools.leases import LeaseGone, LeaseReport
 from runs.pools.models import Lease, LeaseEnd
@@ -23,6 +23,7 @@ from runs.services import dispatch, reconcile
 from runs.services import runs as run_writes
 from tests.concurrency import Worker
 from tests.runs.pools.pool_helpers import (
+    FOUR_RUNS,
     ONE_RUN,
     expire,
     make_agent,
@@ -30,6 +31,7 @@ from tests.runs.pools.pool_helpers import (
     offered_plan,
     runs_of,
 )
+from tests.runs.runs_helpers import launched_plan
 
 pytestmark = pytest.mark.django_db
 
@@ -96,6 +98,54 @@ def test_a_granted_lease_carries_its_answer_built_in_the_grant(recipe: Any, owne
         assert stored.answer is None  # not a column: a lease read back builds its answer
         assert json.loads(answer) == leases.lease_offer(lease=stored)
         assert json.loads(leases.lease_answer(lease=stored)) == json.loads(answer)
+
+
+def test_an_offered_run_carries_its_job_filled_but_never_its_token(
+    recipe: Any, owner: User
+) -> None:
+    pool = make_pool(owner)
+    plan = launched_plan(recipe, FOUR_RUNS, executor=pool.executor, max_concurrent_runs=100)
+    PlanLaunch.objects.filter(plan=plan).update(
+        command_template="{python} -m trainer --token=$RUN_TOKEN --config {config_path}"
+    )
+    dispatch.runs_dispatch()
+    offered = runs_of(plan)
+    assert all(run.offer for run in offered)  # filled by the dispatcher, as it offered them
+    assert not any(tokens.run_token(run=run) in run.offer for run in offered)
+
+    granted = leases.leases_grant(pool=pool, agents=[make_agent(pool, "host-a")[0]])
+
+    (lease,) = granted.values()
+    run = Run.objects.get(pk=lease.run_id)
+    answer = json.loads(leases.lease_answer(lease=lease))
+    token = tokens.run_token(run=run)
+    assert f"--token={token}" in answer["job"]["argv"]
+    assert answer["job"]["env"]["RUN_TOKEN"] == token
+    assert "--token=$RUN_TOKEN" in run.command  # recorded as the variable, never its value
+    assert tokens.run_token_matches(run=run, token=token)
+    assert run.offer == ""  # told to its agent: not kept
+    assert answer == leases.lease_offer(lease=Lease.objects.get(pk=lease.pk))
+
+
+def test_a_run_requeued_with_its_next_attempt_is_leased_with_that_attempt_s_job(
+    recipe: Any, owner: User
+) -> None:
+    pool = make_pool(owner)
+    offered_plan(recipe, pool, ONE_RUN)
+    agent, _credential = make_agent(pool)
+    first = leases.lease_acquire(agent=agent)
+    assert first is not None
+    expire(first)
+    leases.lease_expire(lease_id=first.pk)  # the same run, queued and offered again
+
+    lease = leases.lease_acquire(agent=make_agent(pool, "host-b")[0])
+
+    assert lease is not None and lease.run_id == first.run_id
+    answer = json.loads(leases.lease_answer(lease=lease))
+    run = Run.objects.get(pk=lease.run_id)
+    assert (answer["run"]["attempt"], answer["job"]["env"]["RUN_ATTEMPT"]) == (2, "2")
+    assert answer["job"]["env"]["RUN_TOKEN"] == tokens.run_token(run=run)
+    assert answer == leases.lease_offer(lease=Lease.objects.get(pk=lease.pk))
 
 
 def test_each_agent_gets_a_different_run_and_none_is_left_for_a_fifth(
