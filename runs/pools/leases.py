@@ -30,6 +30,7 @@ from django.utils import timezone
 from marin_site.errors import ActionForbidden, DomainError
 from marin_site.input import InputRefused
 from marin_site.input import clean_text as policy_text
+from marin_site.invalidation import rows_changed
 from runs.models import FailureKind, Run, RunState
 from runs.pools import handout, wakeup
 from runs.pools.models import Agent, Lease, LeaseEnd, Pool
@@ -625,6 +626,7 @@ def lease_code(*, agent: Agent, lease_id: int) -> Path:
             )
         raise LeaseGone(f"{exc}: the run failed and lease {lease_id} is over.") from exc
     Run.objects.filter(pk=run.pk).update(git_sha=sha, git_clean=True)
+    rows_changed(Run, [run.pk])  # the commit shows on the run's page
     return archive_path(repository=repository, sha=sha)
 
 
@@ -668,6 +670,7 @@ def lease_renew(*, agent: Agent, lease_id: int, log_tail: str | None = None) -> 
             lease.log_tail = log_tail
             fields.append("log_tail")
         lease.save(update_fields=fields)
+        # A heartbeat is shown nowhere: no page to tell (marin_site.invalidation).
         Run.objects.filter(pk=lease.run_id, state=RunState.RUNNING).update(heartbeat_at=now)
         run = Run.objects.only("state", "cancel_requested_at").get(pk=lease.run_id)
     return {

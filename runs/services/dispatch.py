@@ -27,6 +27,7 @@ from django.utils import timezone
 from marin_site.doors import Door
 from marin_site.errors import DomainError
 from marin_site.events import Verb
+from marin_site.invalidation import rows_changed
 from marin_site.nudges import nudge
 from runs.executors import (
     ExecutorError,
@@ -111,7 +112,7 @@ def plan_expand(*, plan_id: int) -> int:
         )
     Run.objects.bulk_create(runs, ignore_conflicts=True)
     created = list(Run.objects.filter(plan_id=plan_id, sequence=0).only("pk", "state"))
-    RunEvent.objects.bulk_create(
+    events = RunEvent.objects.bulk_create(
         RunEvent.build(
             run=run,
             verb=Verb.CACHED if run.state == RunState.FINISHED else Verb.QUEUED,
@@ -121,6 +122,8 @@ def plan_expand(*, plan_id: int) -> int:
         )
         for run in created
     )
+    rows_changed(Run, created)  # bulk writes: the pages showing them are told here
+    rows_changed(RunEvent, events)
     launch.expanded_at = now
     launch.save(update_fields=["expanded_at"])
     nudge("runs.dispatch")
@@ -236,6 +239,7 @@ def runs_dispatch() -> list[int]:
     started += _runs_offer(to_offer)
     for reason, run_ids in waiting.items():
         Run.objects.filter(pk__in=run_ids, state=RunState.QUEUED).update(state_reason=reason)
+        rows_changed(Run, run_ids)  # the reason shows on the run's page
     return started
 
 
@@ -310,7 +314,7 @@ def _runs_offer(runs: list[Run]) -> list[int]:
             run.state_reason = f"waiting for an agent of pool '{pool}'"
             run.offer = run_offer_prepare(run=run, launch=launches[run.plan_id])
         runs_save(chosen, {"dispatched_at", "state_reason", "updated_at", "offer"})
-        RunEvent.objects.bulk_create(
+        events = RunEvent.objects.bulk_create(
             (
                 RunEvent.build(
                     run_id=pk, verb=Verb.OFFERED, door=Door.WORKER, message=f"offered to {executor}"
@@ -319,6 +323,7 @@ def _runs_offer(runs: list[Run]) -> list[int]:
             ),
             batch_size=500,
         )
+        rows_changed(RunEvent, events)  # runs_save told the runs' pages
         wakeup.work_offered(pool)
         offered += sorted(ids)
     return offered
@@ -519,6 +524,7 @@ def run_checkout(*, run: Run) -> Checkout | None:
         raise ExecutorError(str(exc)) from exc
     Run.objects.filter(pk=run.pk).update(git_sha=checkout.sha, git_clean=checkout.clean)
     run.git_sha, run.git_clean = checkout.sha, checkout.clean
+    rows_changed(Run, [run])  # the commit shows on the run's page
     return checkout
 
 
@@ -683,6 +689,7 @@ def run_submit(*, run_id: int, members: list[int] | None = None) -> str:
     ).update(external_id=external_id)
     if members and checkout is not None:
         Run.objects.filter(pk__in=ids).update(git_sha=checkout.sha, git_clean=checkout.clean)
+    rows_changed(Run, ids)  # the job and the commit show on the runs' pages
     if not updated:
         try:  # canceled (or ended) while its job was being submitted: stop the job
             executor.cancel(external_id)

@@ -19,6 +19,7 @@ from django.utils import timezone
 from marin_site.doors import Door
 from marin_site.errors import Conflict, DomainError, TransitionNotAllowed
 from marin_site.events import Verb
+from marin_site.invalidation import rows_changed
 from marin_site.nudges import nudge
 from marin_site.roles import permission_require
 from runs.models import TERMINAL_RUN_STATES, PlanLaunch, Run, RunEvent, RunState
@@ -192,7 +193,9 @@ def runs_save(runs: list[Run], fields: set[str]) -> None:
     UPDATE ... FROM unnest(arrays) for the fields that differ from run to run, setting those
     whose value is the same on every run as one value (``bulk_update``'s CASE per row and
     field costs the ORM far more CPU, and a second UPDATE of the same rows would write each
-    row and its ten index entries twice)."""
+    row and its ten index entries twice). The pages showing them are told, as a save
+    would tell them (``rows_changed``)."""
+    rows_changed(Run, runs)
     ids = [run.pk for run in runs]
     concrete = [f for f in Run._meta.concrete_fields if f.name in fields]
     first = runs[0]
@@ -228,7 +231,9 @@ def runs_save(runs: list[Run], fields: set[str]) -> None:
 
 def _events_insert(events: list[RunEvent]) -> None:
     """Insert timeline rows made by ``RunEvent.build``, all of one moment: on PostgreSQL one
-    INSERT ... SELECT FROM unnest(arrays), without the ORM's work per row and field."""
+    INSERT ... SELECT FROM unnest(arrays), without the ORM's work per row and field; the
+    timelines showing them are told (``rows_changed``)."""
+    rows_changed(RunEvent, events)
     if connection.vendor != "postgresql":
         RunEvent.objects.bulk_create(events)
         return
@@ -399,6 +404,7 @@ def _run_again(
             message=f"run {run.pk} queued",
         )
         PlanLaunch.objects.filter(plan_id=source.plan_id).update(finished_at=None, summary=None)
+        rows_changed(PlanLaunch, PlanLaunch.objects.filter(plan_id=source.plan_id))
         nudge("runs.dispatch")
         return run
 

@@ -140,3 +140,27 @@ def test_every_rule_names_a_model_and_says_why() -> None:
             assert rule.why and (rule.page or rule.versions is not None)
     assert invalidation.rules_for(Run)  # runs' own pages
     assert len(invalidation.rules_for(apps.get_model("runs.Recipe"))) == 2  # and proposals'
+
+
+def test_a_batch_of_run_transitions_tells_the_pages(
+    django_capture_on_commit_callbacks: Any, recipe: Any
+) -> None:
+    """An agents' grant or a dispatch moves many runs in a few statements, past the signals
+    (``runs_transition``, ``runs_save``): the page cache's generation is bumped as a save
+    would bump it, so a kept page does not show the runs' old state."""
+    from marin_site.doors import Door
+    from runs.models import RunState
+    from runs.services.runs import Move, runs_transition
+    from tests.runs.runs_helpers import launched_plan
+
+    def bumped(write: Any) -> bool:
+        before = cache.get(pagecache.GENERATION_KEY, 0)
+        with django_capture_on_commit_callbacks(execute=True):
+            write()
+        return cache.get(pagecache.GENERATION_KEY, 0) != before
+
+    plan = launched_plan(recipe)
+    moves = [Move(pk) for pk in Run.objects.filter(plan=plan).values_list("pk", flat=True)]
+    assert moves
+    assert not bumped(lambda: None)  # the check can fail
+    assert bumped(lambda: runs_transition(moves=moves, to_state=RunState.RUNNING, door=Door.WORKER))
