@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from operator import itemgetter
 from typing import Any
 
 from django.conf import settings
@@ -107,13 +108,19 @@ def metrics_ingest_flagged(
         raise NotRunning(f"Run {run.pk} is {run.state}; only a running run takes metrics.")
     if not len(batch):
         return 0, []
-    misfits = metric_declarations.declarations_misfits(
-        run_id=run.pk, keys=batch.keys, steps=batch.steps, values=batch.values
-    )
+    ordered, folds = points_order_and_fold(batch)
+    misfits: list[UnitMisfit] = []
+    declarations = metric_declarations.declarations_for_run(run_id=run.pk)
+    # Each key's range is in its fold: only a key outside its unit's range is looked for.
+    if not all(
+        metric_declarations.value_fits(declarations.get(f.key), f.min, f.max) for f in folds
+    ):
+        misfits = metric_declarations.declarations_misfits(
+            run_id=run.pk, keys=batch.keys, steps=batch.steps, values=batch.values
+        )
     if run.state == RunState.RUNNING:
         loaded = "heartbeat_at" not in run.get_deferred_fields()
         run_sign_of_life(run_id=run.pk, last=run.heartbeat_at if loaded else None)
-    ordered, folds = points_order_and_fold(batch)
     columns = key_columns(ordered, folds)
     ahead = None
     if connection.vendor == "postgresql":
@@ -224,7 +231,13 @@ class KeyFold:
 def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]:
     """The batch in (key, step) order, and one KeyFold per key. Points of one key usually
     come in step order already; only a key whose steps do not is sorted."""
-    keys, steps, values = batch.keys, batch.steps, batch.values
+    keys = batch.keys
+    cycle = len(set(keys))
+    if 1 < cycle < len(keys) and keys == (keys[:cycle] * (len(keys) // cycle + 1))[: len(keys)]:
+        # A trainer logs the same keys at every step, in the same order: the batch is that
+        # cycle repeated, and each key's points are every ``cycle``-th, cut by slices.
+        groups = {key: slice(at, None, cycle) for at, key in enumerate(keys[:cycle])}
+        return _ordered_by_groups(batch, groups)
     by_key: dict[str, list[int]] = {}
     for index, key in enumerate(keys):
         group = by_key.get(key)
@@ -232,15 +245,34 @@ def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]
             by_key[key] = [index]
         else:
             group.append(index)
-    order: list[int] = []
+    return _ordered_by_groups(batch, by_key)
+
+
+def _ordered_by_groups(
+    batch: PointBatch, groups: dict[str, Any]
+) -> tuple[PointBatch, list[KeyFold]]:
+    """The batch put in (key, step) order from the places of each key's points in it (a
+    slice, or a list of indices in batch order)."""
+    steps, values, times = batch.steps, batch.values, batch.times
+    out_keys: list[str] = []
+    out_steps: list[int] = []
+    out_values: list[float] = []
+    out_times: list[float | None] = []
     folds: list[KeyFold] = []
-    for key in sorted(by_key):
-        group = by_key[key]
-        group_steps = [steps[i] for i in group]
-        if group_steps != sorted(group_steps):
-            group.sort(key=steps.__getitem__)
-            group_steps = [steps[i] for i in group]
-        group_values = [values[i] for i in group]
+    for key in sorted(groups):
+        where = groups[key]
+        if type(where) is slice:
+            group_steps, group_values, group_times = steps[where], values[where], times[where]
+        else:
+            pick = itemgetter(*where) if len(where) > 1 else lambda seq, i=where[0]: (seq[i],)
+            group_steps, group_values = list(pick(steps)), list(pick(values))
+            group_times = list(pick(times))
+        if group_steps != sorted(group_steps):  # not in step order (a linear pass if it is)
+            by_step = sorted(range(len(group_steps)), key=group_steps.__getitem__)
+            group_steps = [group_steps[i] for i in by_step]
+            group_values = [group_values[i] for i in by_step]
+            group_times = [group_times[i] for i in by_step]
+        count = len(group_steps)
         folds.append(
             KeyFold(
                 key=key,
@@ -248,19 +280,15 @@ def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]
                 min=min(group_values),
                 max=max(group_values),
                 step=group_steps[-1],
-                count=len(group),
+                count=count,
                 first=group_steps[0],
             )
         )
-        order.extend(group)
-    times = batch.times
-    ordered = PointBatch(
-        [keys[i] for i in order],
-        [steps[i] for i in order],
-        [values[i] for i in order],
-        [times[i] for i in order],
-    )
-    return ordered, folds
+        out_keys += [key] * count
+        out_steps += group_steps
+        out_values += group_values
+        out_times += group_times
+    return PointBatch(out_keys, out_steps, out_values, out_times), folds
 
 
 def key_columns(
@@ -297,9 +325,9 @@ def ingest_postgresql(
     times = ordered.times
     params: dict[str, Any] = {
         "run": Int8(run_id),
-        "keys": pg_arrays.text_array(ordered.keys),
+        "keys": pg_arrays.text_array_repeated([(f.key, f.count) for f in folds]),
         "steps": pg_arrays.int8_array(ordered.steps),
-        "values": pg_arrays.float8_array(ordered.values),
+        "values": pg_arrays.float8_array(ordered.values, nullable=False),
         "times": pg_arrays.float8_array([] if times.count(None) == len(times) else times),
         "fold_keys": pg_arrays.text_array([f.key for f in folds]),
         "fold_last": pg_arrays.float8_array([f.last for f in folds]),
