@@ -1,5 +1,4 @@
-"""PostgreSQL arrays in the binary wire format, packed in one call each (``struct``, or numpy
-for a batch's columns).
+"""PostgreSQL arrays in the binary wire format, packed by ``struct`` in one call each.
 
 Sent as a query parameter with server-side binding, a packed array reaches PostgreSQL as
 bytes it copies, instead of text it parses number by number (about 2 ms less per
@@ -16,9 +15,9 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
-import numpy as np
 from psycopg.abc import AdaptContext
 from psycopg.adapt import Dumper
 from psycopg.pq import Format
@@ -62,28 +61,23 @@ def register(context: AdaptContext) -> None:
     context.adapters.register_dumper(PackedArray, PackedArrayDumper)
 
 
+@lru_cache(maxsize=64)
+def _fixed_items(code: str, count: int) -> struct.Struct:
+    return struct.Struct(">" + code * count)
+
+
 def _header(element_oid: int, count: int, has_nulls: bool = False) -> bytes:
     return _HEADER.pack(1, int(has_nulls), element_oid, count, 1)
 
 
-# An element of a fixed-size array as numpy lays it out: its byte length, then its value.
-_ELEMENTS = {
-    INT8: np.dtype([("length", ">i4"), ("item", ">i8")]),
-    FLOAT8: np.dtype([("length", ">i4"), ("item", ">f8")]),
-}
-
-
 def _pack_fixed(code: str, element_oid: int, items: Sequence[Any]) -> PackedArray:
     count = len(items)
-    if count >= 64:  # numpy converts and lays out a batch's column in half struct's time
-        elements = np.empty(count, dtype=_ELEMENTS[element_oid])
-        elements["length"] = 8
-        elements["item"] = items
-        body = elements.tobytes()
-    else:
-        args: list[Any] = [8] * (2 * count)
-        args[1::2] = items
-        body = struct.pack(">" + code * count, *args)
+    args: list[Any] = [8] * (2 * count)
+    args[1::2] = items
+    # Batches are usually the same size (a client flushes at 1000 points): the Struct for
+    # that size is compiled once.
+    packer = _fixed_items(code, count) if count >= 64 else struct.Struct(">" + code * count)
+    body = packer.pack(*args)
     return PackedArray(ARRAY_OID[element_oid], _header(element_oid, count) + body)
 
 
