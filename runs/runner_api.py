@@ -92,11 +92,7 @@ class RunMetricsView(RunnerView):
         comes through it. The answer is the same Response, finished by DRF (its renderer,
         ``Allow`` and ``Vary``), and errors go through the same handler. Any other method, or
         an ``Accept`` DRF might answer with another renderer, takes the whole cycle."""
-        if (
-            request.method != "POST"
-            or request.META.get("HTTP_ACCEPT", "").strip() not in _JSON_ACCEPTS
-            or "format" in request.GET
-        ):
+        if not self.takes_short_cycle(request):
             return super().dispatch(request, *args, **kwargs)
         self.args, self.kwargs = args, kwargs
         self.request = request  # type: ignore[assignment]
@@ -112,6 +108,16 @@ class RunMetricsView(RunnerView):
             response = self.handle_exception(exc)
         self.response = self.finalize_response(request, response, *args, **kwargs)  # type: ignore[arg-type]
         return self.response
+
+    @staticmethod
+    def takes_short_cycle(request: HttpRequest) -> bool:
+        """A POST accepting JSON: answered without DRF's request wrapper here, and through
+        the runner's lane of middleware (``marin_site.middleware.RunnerLaneMiddleware``)."""
+        return (
+            request.method == "POST"
+            and request.META.get("HTTP_ACCEPT", "").strip() in _JSON_ACCEPTS
+            and "format" not in request.GET
+        )
 
     def raise_uncaught_exception(self, exc: Exception) -> NoReturn:
         if not isinstance(self.request, Request):  # the short cycle: a plain HttpRequest

@@ -10,14 +10,17 @@ import pytest
 from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import resolve
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from marin_site.middleware import RUNNER_LANE, RUNNER_LANE_PATH
 from runs import tokens
 from runs.alerts import services as alerts
 from runs.metrics import ingest as metric_writes
 from runs.metrics import parse as metrics_parse
 from runs.models import MetricPoint, MetricSummary, Run, RunState
+from runs.runner_api import RunMetricsView
 from runs.services import reconcile
 from runs.services import runs as run_writes
 from tests.concurrency import race
@@ -342,6 +345,80 @@ def test_the_metrics_door_s_short_cycle_answers_as_drf_s_whole_cycle(
     ]
     assert limited[1].status_code == 429
     assert [_shape(r) for r in limited] == [_shape(r) for r in limited_whole]
+
+
+def _whole(response: Any) -> tuple[Any, ...]:
+    """Status, body and every header but Retry-After's seconds (only whether it is there)."""
+    headers = sorted((k, v) for k, v in response.headers.items() if k != "Retry-After")
+    return response.status_code, response.content, headers, "Retry-After" in response.headers
+
+
+@pytest.mark.parametrize("accept", [None, "application/json"])
+def test_the_runner_lane_answers_as_the_whole_middleware_chain(
+    recipe: Any, accept: str | None, settings: Any
+) -> None:
+    """The metrics door's POSTs skip the middleware that does nothing for them
+    (marin_site.middleware.RunnerLaneMiddleware): every outcome has the same status, body
+    and headers (security, CSP, frame, length) as through the whole chain."""
+    runs = Run.objects.filter(plan=launched_plan(recipe))
+    (one, token), (other, other_token) = (start(r) for r in runs)
+    extra = {} if accept is None else {"HTTP_ACCEPT": accept}
+    lane, whole_chain = APIClient(), APIClient()
+    without_lane = [m for m in settings.MIDDLEWARE if m != RUNNER_LANE]
+    assert without_lane != settings.MIDDLEWARE
+    cases = [
+        (one, token, json.dumps(batch("train/loss", range(3)))),  # 200, stored
+        (one, token, json.dumps(batch("train/loss", range(3)))),  # 200, stored before
+        (one, token, '{"points": [{"key": "a", "step": 1, "value": "1"}]}'),  # 400, refused
+        (one, token, "not json"),  # 400, whole body refused
+        (one, other_token, "{}"),  # 403, another run's token
+        (one, None, "{}"),  # 401, no token
+        (other, other_token, json.dumps(batch("train/loss", range(3, 6)))),  # 409, ended
+    ]
+    answers: dict[str, list[Any]] = {"lane": [], "whole": []}
+    rate = settings.RUNS_METRICS_RATE_PER_MINUTE
+    for name, client in (("lane", lane), ("whole", whole_chain)):
+        settings.MIDDLEWARE = settings.MIDDLEWARE if name == "lane" else without_lane
+        for at, (run, tok, body) in enumerate(cases):
+            if at == len(cases) - 1:
+                Run.objects.filter(pk=other.pk).update(state=RunState.FINISHED)
+            response = _metrics_answer(client, run, tok, body, **extra)
+            assert hasattr(response.wsgi_request, "runner_lane_kwargs") is (name == "lane")
+            answers[name].append(_whole(response))
+        Run.objects.filter(pk=other.pk).update(state=RunState.RUNNING)
+        MetricPoint.objects.all().delete()
+        MetricSummary.objects.all().delete()
+        settings.RUNS_METRICS_RATE_PER_MINUTE = 1
+        cache.clear()
+        limited = [_metrics_answer(client, one, token, "{}", **extra) for _ in range(2)]
+        answers[name] += [_whole(r) for r in limited]
+        settings.RUNS_METRICS_RATE_PER_MINUTE = rate
+        cache.clear()
+    statuses = [answer[0] for answer in answers["lane"]]
+    assert statuses == [200, 200, 400, 400, 403, 401, 409, 400, 429]
+    assert answers["lane"] == answers["whole"]
+    headers = dict(answers["lane"][0][2])
+    for name in ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options"):
+        assert name in headers
+    assert "Content-Length" in headers
+
+
+def test_the_runner_lane_takes_the_metrics_door_s_route_and_no_other() -> None:
+    """The lane's path is the door's route: the same view and ``pk`` as the URLconf's."""
+    for pk in ("1", "42", "9" * 30):
+        match = resolve(f"/api/v1/runs/{pk}/metrics/")
+        lane = RUNNER_LANE_PATH.match(f"/api/v1/runs/{pk}/metrics/")
+        assert match.func.view_class is RunMetricsView  # type: ignore[attr-defined]
+        assert lane is not None and {"pk": int(lane["pk"])} == match.kwargs
+    for path in (
+        "/api/v1/runs/1/metrics",
+        "/api/v1/runs/1/metrics/x",
+        "/api/v1/runs/-1/metrics/",
+        "/api/v1/runs/١/metrics/",
+        "/api/v1/runs/1/heartbeat/",
+        "/runs/1/metrics/",
+    ):
+        assert RUNNER_LANE_PATH.match(path) is None
 
 
 def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> None:
