@@ -12,6 +12,7 @@ from django.db.models import Count, QuerySet
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from marin_site.db import server_binding_cursor
 from runs.metrics.declarations import MetricDeclaration, declarations_parse
 from runs.models import (
     TERMINAL_RUN_STATES,
@@ -46,7 +47,7 @@ def runner_run(*, run_id: int) -> Run | None:
     this for 0.2 ms."""
     if not 0 < run_id < 2**63:  # a URL's digits can outgrow bigint
         return None
-    with connection.cursor() as cursor:
+    with server_binding_cursor() as cursor:  # bound (and prepared) by PostgreSQL
         cursor.execute(_RUNNER_SELECT, [run_id])
         row = cursor.fetchone()
     if row is None:
