@@ -40,12 +40,17 @@ from runs.trackers import artifacts
 from runs.trackers import reports as tracker_reports
 
 
-def runner_run(request: Request, run_id: int) -> Run:
-    """The run the request's bearer token belongs to; refuses a token of another run."""
+def bearer_token(request: Request) -> str:
     header = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise NotAuthenticated("Send the run's token: 'Authorization: Bearer <token>'.")
+    return token
+
+
+def runner_run(request: Request, run_id: int) -> Run:
+    """The run the request's bearer token belongs to; refuses a token of another run."""
+    token = bearer_token(request)
     run = selectors.runner_run(run_id=run_id)
     if run is None:
         raise PermissionDenied("This token does not belong to this run.")
@@ -126,7 +131,16 @@ class RunMetricsView(RunnerView):
 
     @extend_schema(request=MetricBatchSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:
-        run = runner_run(request, pk)
+        # The process's admission of this token (its last full check), or the full check,
+        # which then keeps one: a batch taken on an admission is stored only while the run's
+        # row still says what it kept (runs.tokens.Admission), else checked in full here.
+        admission = tokens.admission_for(run_id=pk, token=bearer_token(request).strip())
+        if admission is not None:
+            run = admission.run()
+        else:
+            run = runner_run(request, pk)
+            if request.method not in SAFE_METHODS:
+                tokens.admission_keep(run=run)
         try:
             ingest.metrics_rate_check(run_id=run.pk)
         except ingest.RateLimited as exc:
@@ -140,11 +154,21 @@ class RunMetricsView(RunnerView):
         # the run's rules watch it: the refusal says the value was not stored, the alert that
         # the run diverged; both name the same key and first step (docs/trackers.md).
         opened = 0
-        if first_steps := checked.not_finite():
+        first_steps = checked.not_finite()
+        if admission is not None and first_steps:  # alerts open before the points: check first
+            admission, run = None, runner_run(request, pk)
+        if first_steps:
             opened = alerts_not_finite(run=run, first_steps=first_steps, door=Door.RUNNER)
-        stored, misfits = ingest.metrics_ingest_flagged(
-            run=run, batch=checked.batch, door=Door.RUNNER
-        )
+        try:
+            stored, misfits = ingest.metrics_ingest_flagged(
+                run=run, batch=checked.batch, door=Door.RUNNER, admission=admission
+            )
+        except ingest.NotAdmitted:  # nothing written: the row changed, or points were stored
+            tokens.admission_forget(run_id=pk)
+            run = runner_run(request, pk)  # refuses as the row now says, or goes again
+            stored, misfits = ingest.metrics_ingest_flagged(
+                run=run, batch=checked.batch, door=Door.RUNNER
+            )
         refused = metrics_parse.refusals_listed(checked.refused)
         answer = {
             "stored": stored,

@@ -60,6 +60,11 @@ def runner_run(*, run_id: int) -> Run | None:
     return Run.from_db(connection.alias, _RUNNER_COLUMNS, values)
 
 
+def runner_run_of(fields: dict[str, Any]) -> Run:
+    """A run as ``runner_run`` loads it, from the same fields kept elsewhere."""
+    return Run.from_db(connection.alias, _RUNNER_COLUMNS, [fields[c] for c in _RUNNER_COLUMNS])
+
+
 _RUNNER_READS = {
     "id",
     "state",

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from operator import itemgetter
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -33,6 +33,7 @@ from psycopg.types.numeric import Int8
 from marin_site.db import server_binding_cursor
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from runs import tokens
 from runs.alerts.services import (
     WATCHES_ANSWER,
     WATCHES_WRITTEN,
@@ -48,6 +49,9 @@ from runs.metrics.parse import PointBatch
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 from runs.series.rollup import series_refresh_soon
 
+if TYPE_CHECKING:
+    from runs.tokens import Admission
+
 logger = logging.getLogger(__name__)
 
 SIGN_OF_LIFE_EVERY = timedelta(seconds=2)  # how often a write refreshes a run's heartbeat
@@ -55,6 +59,13 @@ SIGN_OF_LIFE_EVERY = timedelta(seconds=2)  # how often a write refreshes a run's
 
 class NotRunning(DomainError):
     status_code = 409
+
+
+class NotAdmitted(Exception):
+    """A batch taken on an admission (``runs.tokens.Admission``) was not stored: the run's
+    row no longer says what the admission kept, or a point of the batch is stored already
+    (the upsert form is taken only after a full check). Nothing was written; the door
+    checks the run's row and goes again as without the admission."""
 
 
 class RateLimited(DomainError):
@@ -91,7 +102,12 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
 
 
 def metrics_ingest_flagged(
-    *, run: Run, batch: PointBatch, require_running: bool = True, door: str = Door.SYSTEM
+    *,
+    run: Run,
+    batch: PointBatch,
+    require_running: bool = True,
+    door: str = Door.SYSTEM,
+    admission: Admission | None = None,
 ) -> tuple[int, list[UnitMisfit]]:
     """Upsert a checked batch for ``run`` (loaded with its state by the token check) and fold
     it into the per-key summaries; schedule the series refresh when anything changed.
@@ -103,7 +119,13 @@ def metrics_ingest_flagged(
     ``require_running=False``). Values are stored as logged; a fraction or percent key with
     values outside the range of the unit it is logged in is stored and flagged
     (``runs.metrics.flags``; ``runs.metrics.display`` converts when it shows them).
+
+    With ``admission`` (the native door, its token checked by the process, not the row),
+    every write stands only while the run's row says what the admission kept; else
+    ``NotAdmitted`` is raised with nothing written.
     """
+    if admission is not None and connection.vendor != "postgresql":
+        raise NotAdmitted
     if require_running and run.state != RunState.RUNNING:
         raise NotRunning(f"Run {run.pk} is {run.state}; only a running run takes metrics.")
     if not len(batch):
@@ -120,7 +142,8 @@ def metrics_ingest_flagged(
         )
     if run.state == RunState.RUNNING:
         loaded = "heartbeat_at" not in run.get_deferred_fields()
-        run_sign_of_life(run_id=run.pk, last=run.heartbeat_at if loaded else None)
+        last = run.heartbeat_at if loaded else None
+        run_sign_of_life(run_id=run.pk, last=last, admission=admission)
     columns = key_columns(ordered, folds)
     ahead = None
     if connection.vendor == "postgresql":
@@ -129,7 +152,9 @@ def metrics_ingest_flagged(
                 ahead = alerts_fold_ahead(run=run, batch_keys=set(columns), columns=columns)
             except Exception:  # an alert's fault never refuses the points
                 logger.exception("folding the alerts of run %s ahead failed", run.pk)
-        changed = ingest_postgresql(run_id=run.pk, batch=ordered, folds=folds, ahead=ahead)
+        changed = ingest_postgresql(
+            run_id=run.pk, batch=ordered, folds=folds, ahead=ahead, admission=admission
+        )
     else:
         changed = ingest_portable(run_id=run.pk, batch=batch)
     if changed:
@@ -195,9 +220,46 @@ summaries AS (
     {_SUMMARY_UPSERT}
 ),
 """  # noqa: S608
-    + WATCHES_WRITTEN.format(quiet="")
+    + WATCHES_WRITTEN.format(quiet="", guard="")
     + WATCHES_ANSWER
 )
+# The fresh forms for a batch taken on the process's admission of the run's token
+# (``runs.tokens.Admission``, no row read): every write of the statement stands only while
+# the run's row says what the admission kept, read in the statement's own snapshot. Without
+# the watches the count of summaries written says whether it stood (0: nothing written); with
+# them a row (-1, NULL) says it did not.
+_ADMITTED = f"""admitted AS (
+    SELECT FROM {Run._meta.db_table} WHERE id = %(run)s AND state = %(admit_state)s
+        AND token_hash = %(admit_token)s AND attempt = %(admit_attempt)s
+        AND started_at IS NOT DISTINCT FROM %(admit_started)s
+        AND time_limit_seconds = %(admit_limit)s
+)"""  # noqa: S608
+_IF_ADMITTED = " WHERE EXISTS (SELECT FROM admitted)"
+_SUMMARIES_ADMITTED = f"""
+INSERT INTO {SUMMARY_TABLE} AS s (run_id, key, last, min, max, step, count, stale_from)
+SELECT %(run)s, * FROM unnest(%(fold_keys)s::text[], %(fold_last)s::double precision[],
+    %(fold_min)s::double precision[], %(fold_max)s::double precision[],
+    %(fold_step)s::bigint[], %(fold_count)s::bigint[], %(fold_first)s::bigint[]){_IF_ADMITTED}
+{_SUMMARY_UPSERT}"""  # noqa: S608
+INGEST_FRESH_ADMITTED = f"""
+WITH {_ADMITTED},
+points AS (
+    INSERT INTO {POINTS_TABLE} (run_id, key, step, value, time){_BATCH}{_IF_ADMITTED}
+){_SUMMARIES_ADMITTED}"""
+INGEST_FRESH_WATCHED_ADMITTED = (
+    f"""
+WITH {_ADMITTED},
+points AS (
+    INSERT INTO {POINTS_TABLE} (run_id, key, step, value, time){_BATCH}{_IF_ADMITTED}
+),
+summaries AS ({_SUMMARIES_ADMITTED}
+),
+"""  # noqa: S608
+    + WATCHES_WRITTEN.format(quiet="", guard=" AND EXISTS (SELECT FROM admitted)")
+    + WATCHES_ANSWER
+    + "\nUNION ALL\nSELECT -1, NULL WHERE NOT EXISTS (SELECT FROM admitted)"
+)
+NOT_ADMITTED_ROW = (-1, None)
 INGEST_UPSERT = f"""
 WITH written AS (
     INSERT INTO {POINTS_TABLE} AS p (run_id, key, step, value, time){_BATCH}
@@ -310,6 +372,7 @@ def ingest_postgresql(
     batch: PointBatch,
     folds: list[KeyFold] | None = None,
     ahead: AlertsAhead | None = None,
+    admission: Admission | None = None,
 ) -> int:
     """Returns how many keys had points inserted or changed. ``batch`` with its ``folds``
     is already in (key, step) order (``points_order_and_fold``); without them it is put so.
@@ -337,20 +400,38 @@ def ingest_postgresql(
         "fold_count": pg_arrays.int8_array([f.count for f in folds]),
         "fold_first": pg_arrays.int8_array([f.first for f in folds]),
     }
+    fresh, fresh_watched = INGEST_FRESH, INGEST_FRESH_WATCHED
+    if admission is not None:
+        fresh, fresh_watched = INGEST_FRESH_ADMITTED, INGEST_FRESH_WATCHED_ADMITTED
+        params.update(
+            admit_state=RunState.RUNNING,
+            admit_token=admission.token_hash,
+            admit_attempt=admission.attempt,
+            admit_started=admission.started_at,
+            admit_limit=admission.time_limit_seconds,
+        )
     with server_binding_cursor() as cursor:
         pg_arrays.register(cursor.cursor)
         try:
             if connection.get_autocommit() and not connection.in_atomic_block:
                 if ahead is None:
-                    cursor.execute(INGEST_FRESH, params)
+                    cursor.execute(fresh, params)
+                    stood = cursor.rowcount != 0
                 else:
-                    cursor.execute(INGEST_FRESH_WATCHED, {**params, **ahead.params()})
-                    ahead.rows = cursor.fetchall()
+                    cursor.execute(fresh_watched, {**params, **ahead.params()})
+                    rows = cursor.fetchall()
+                    stood = NOT_ADMITTED_ROW not in rows
+                    ahead.rows = rows
             else:
                 with transaction.atomic():
-                    cursor.execute(INGEST_FRESH, params)
+                    cursor.execute(fresh, params)
+                    stood = cursor.rowcount != 0
+            if admission is not None and not stood and folds:
+                raise NotAdmitted
             return len(folds)
         except IntegrityError:  # some point is stored already: a resent or overlapping batch
+            if admission is not None:
+                raise NotAdmitted from None
             cursor.execute(INGEST_UPSERT, params)
             return int(cursor.rowcount)
 
@@ -431,7 +512,9 @@ def ingest_portable(*, run_id: int, batch: PointBatch) -> int:
     return len(by_key)
 
 
-def run_sign_of_life(*, run_id: int, last: datetime | None = None) -> None:
+def run_sign_of_life(
+    *, run_id: int, last: datetime | None = None, admission: Admission | None = None
+) -> None:
     """A running run's write is a sign of life, as good as a heartbeat: a job that reports
     metrics (through any door) is not silent, whether or not it sends heartbeats too, and
     the reconciler and the silence alert count it. At most one row written per
@@ -440,9 +523,14 @@ def run_sign_of_life(*, run_id: int, last: datetime | None = None) -> None:
     now = timezone.now()
     if last is not None and now - last < SIGN_OF_LIFE_EVERY:
         return
-    Run.objects.filter(pk=run_id, state=RunState.RUNNING).filter(
+    running = Run.objects.filter(pk=run_id, state=RunState.RUNNING)
+    if admission is not None:  # only the attempt whose token it is
+        running = running.filter(token_hash=admission.token_hash, attempt=admission.attempt)
+    running.filter(
         Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=now - SIGN_OF_LIFE_EVERY)
     ).update(heartbeat_at=now)
+    if admission is not None:
+        tokens.admission_heard(admission=admission, at=now)
 
 
 def run_heartbeat(*, run_id: int) -> Run:

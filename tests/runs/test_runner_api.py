@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import psycopg
 import pytest
 from django.core.cache import cache
 from django.db import connection
@@ -419,6 +420,84 @@ def test_the_runner_lane_takes_the_metrics_door_s_route_and_no_other() -> None:
         "/runs/1/metrics/",
     ):
         assert RUNNER_LANE_PATH.match(path) is None
+
+
+def _elsewhere(sql: str, params: list[Any]) -> None:
+    """A change of the run's row by another process: its own connection, committed."""
+    settings_dict = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings_dict["NAME"],
+        user=settings_dict["USER"],
+        password=settings_dict["PASSWORD"] or None,
+        host=settings_dict["HOST"] or None,
+        port=settings_dict["PORT"] or None,
+        autocommit=True,
+    ) as other:
+        other.execute(sql, params)
+
+
+def _run_row_read(queries: CaptureQueriesContext) -> bool:
+    """Whether the door read the run's row (the full check's query)."""
+    return any(q["sql"].startswith("SELECT id, state") for q in queries.captured_queries)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="admissions are PostgreSQL's")
+def test_a_kept_admission_skips_the_run_s_row_and_an_ended_run_is_refused_at_once(
+    api: APIClient, recipe: Any
+) -> None:
+    """After one full check the door stores a run's batches without reading its row; a run
+    ended by another process refuses the very next batch, which stores nothing."""
+    run, token = start(Run.objects.filter(plan=launched_plan(recipe)).order_by("pk")[0])
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5))).status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        response = post(api, run, token, "metrics/", batch("train/loss", range(5, 10)))
+    assert response.status_code == 200 and response.json()["stored"] == 5
+    assert not _run_row_read(queries)
+    _elsewhere("UPDATE runs_run SET state = 'finished' WHERE id = %s", [run.pk])
+    with CaptureQueriesContext(connection) as queries:
+        ended = post(api, run, token, "metrics/", batch("train/loss", range(10, 15)))
+    assert ended.status_code == 409, ended.content
+    assert "has ended (finished)" in ended.json()["detail"]
+    assert _run_row_read(queries)
+    assert MetricPoint.objects.filter(run=run).count() == 10
+    assert MetricSummary.objects.get(run=run, key="train/loss").count == 10
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="admissions are PostgreSQL's")
+def test_a_kept_admission_refuses_a_token_rotated_or_restarted_by_another_process(
+    api: APIClient, recipe: Any
+) -> None:
+    """A new attempt (a new token) or a new start, written by another process: the old
+    token's next batch is refused as the full check refuses it, nothing stored and no sign
+    of life written for it; the new token is taken."""
+    run, token = start(Run.objects.filter(plan=launched_plan(recipe)).order_by("pk")[0])
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5))).status_code == 200
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5, 10))).status_code == 200
+    run.attempt += 1
+    new_token = tokens.run_token(run=run)
+    quiet_since = timezone.now() - timedelta(hours=1)
+    _elsewhere(
+        "UPDATE runs_run SET attempt = %s, token_hash = %s, heartbeat_at = %s WHERE id = %s",
+        [run.attempt, tokens.token_hash(new_token), quiet_since, run.pk],
+    )
+    stale = post(api, run, token, "metrics/", batch("train/loss", range(10, 15)))
+    assert stale.status_code == 409, stale.content
+    assert f"is of attempt {run.attempt - 1}" in stale.json()["detail"]
+    run.refresh_from_db()
+    assert run.heartbeat_at == quiet_since
+    assert MetricPoint.objects.filter(run=run).count() == 10
+    taken = post(api, run, new_token, "metrics/", batch("train/loss", range(10, 15)))
+    assert taken.status_code == 200 and taken.json()["stored"] == 5
+    assert post(api, run, new_token, "metrics/", batch("eval/loss", range(3))).status_code == 200
+    _elsewhere(
+        "UPDATE runs_run SET started_at = now() - interval '30 days' WHERE id = %s", [run.pk]
+    )
+    expired = post(api, run, new_token, "metrics/", batch("train/loss", range(15, 20)))
+    assert expired.status_code == 401, expired.content
+    assert "expired" in expired.json()["detail"]
+    assert MetricPoint.objects.filter(run=run).count() == 18
 
 
 def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> None:
