@@ -229,11 +229,11 @@ summaries AS (
 # the watches the count of summaries written says whether it stood (0: nothing written); with
 # them a row (-1, NULL) says it did not.
 _ADMITTED = f"""admitted AS (
-    SELECT FROM {Run._meta.db_table} WHERE id = %(run)s AND state = %(admit_state)s
-        AND token_hash = %(admit_token)s AND attempt = %(admit_attempt)s
-        AND started_at IS NOT DISTINCT FROM %(admit_started)s
-        AND time_limit_seconds = %(admit_limit)s
-)"""  # noqa: S608
+    SELECT FROM {Run._meta.db_table} WHERE id = %(run)s
+        AND (state, token_hash, attempt, started_at, time_limit_seconds) IS NOT DISTINCT FROM
+            (%(admit_state)s, %(admit_token)s, %(admit_attempt)s, %(admit_started)s,
+            %(admit_limit)s)
+)"""  # noqa: S608  (one row compared, so the row is found by its key alone)
 _IF_ADMITTED = " WHERE EXISTS (SELECT FROM admitted)"
 _SUMMARIES_ADMITTED = f"""
 INSERT INTO {SUMMARY_TABLE} AS s (run_id, key, last, min, max, step, count, stale_from)
