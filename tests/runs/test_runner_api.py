@@ -6,6 +6,7 @@ import json
 from datetime import timedelta
 from typing import Any
 
+import hypothesis
 import psycopg
 import pytest
 from django.core.cache import cache
@@ -13,6 +14,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import resolve
 from django.utils import timezone
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
 from marin_site.middleware import RUNNER_LANE, RUNNER_LANE_PATH
@@ -217,6 +219,50 @@ def test_order_and_fold() -> None:
     assert folds == [
         metric_writes.KeyFold(key="a", last=7.0, min=-5.0, max=7.0, step=7, count=3, first=3),
         metric_writes.KeyFold(key="b", last=2.0, min=1.0, max=2.0, step=2, count=2, first=1),
+    ]
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(
+    keys=st.lists(st.sampled_from("abcdefg"), min_size=1, max_size=5, unique=True),
+    rounds=st.integers(1, 8),
+    cut=st.integers(0, 4),
+    shuffle=st.booleans(),
+    seed=st.randoms(use_true_random=False),
+)
+def test_order_and_fold_of_a_cyclic_or_any_batch_is_the_batch_sorted_by_key_and_step(
+    keys: list[str], rounds: int, cut: int, shuffle: bool, seed: Any
+) -> None:
+    """A batch that repeats a cycle of keys (ordered by slices) or any other (by index
+    lists): the points sorted by (key, step), each key folded from its own."""
+    pairs = [(key, step) for step in range(rounds) for key in keys][
+        : max(1, rounds * len(keys) - cut)
+    ]
+    steps_of = {key: seed.sample(range(100), rounds) for key in keys}  # a key's steps may fall
+    points = [(key, steps_of[key][step], seed.uniform(-5, 5), None) for key, step in pairs]
+    if shuffle:
+        seed.shuffle(points)
+    batch = metrics_parse.PointBatch(*(list(column) for column in zip(*points, strict=True)))
+    ordered, folds = metric_writes.points_order_and_fold(batch)
+    expected = sorted(points, key=lambda p: (p[0], p[1]))
+    assert (
+        list(zip(ordered.keys, ordered.steps, ordered.values, ordered.times, strict=True))
+        == expected
+    )
+    by_key: dict[str, list[tuple[int, float]]] = {}
+    for key, step, value, _ in expected:
+        by_key.setdefault(key, []).append((step, value))
+    assert folds == [
+        metric_writes.KeyFold(
+            key=key,
+            last=group[-1][1],
+            min=min(v for _, v in group),
+            max=max(v for _, v in group),
+            step=group[-1][0],
+            count=len(group),
+            first=group[0][0],
+        )
+        for key, group in sorted(by_key.items())
     ]
 
 
