@@ -82,12 +82,17 @@ def metrics_rate_check(*, run_id: int) -> None:
     now = timezone.now().timestamp()
     window = int(now // 60)
     key = f"runs:metrics-rate:{run_id}:{window}"
-    cache.add(key, 0, timeout=70)
-    try:
+    try:  # one call for every batch but a window's first (one round trip on Redis)
         count = cache.incr(key)
-    except ValueError:  # expired between add and incr
-        cache.set(key, 1, timeout=70)
-        count = 1
+    except ValueError:  # the window's first batch
+        if cache.add(key, 1, timeout=70):
+            count = 1
+        else:  # another took the first place meanwhile
+            try:
+                count = cache.incr(key)
+            except ValueError:  # and it expired since: this one is the first again
+                cache.set(key, 1, timeout=70)
+                count = 1
     if count > limit:
         retry_after = max(1, 60 - int(now % 60))
         raise RateLimited(
