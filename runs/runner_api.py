@@ -142,20 +142,27 @@ class RunMetricsView(RunnerView):
             if request.method not in SAFE_METHODS:
                 tokens.admission_keep(run=run)
         try:
-            ingest.metrics_rate_check(run_id=run.pk)
+            try:
+                ingest.metrics_rate_check(run_id=run.pk)
+                # The raw body, not request.data: orjson and one checking loop are several
+                # times faster than DRF's parser for 1000 points (bench/ingest.py).
+                checked = metrics_parse.points_check_body(body=request.body)
+            except Exception:
+                if admission is not None:  # the row's refusal comes first, as without one
+                    runner_run(request, pk)
+                raise
         except ingest.RateLimited as exc:
             return Response(
                 {"detail": exc.message}, status=429, headers={"Retry-After": str(exc.retry_after)}
             )
-        # The raw body, not request.data: orjson and one checking loop are several times
-        # faster than DRF's parser for 1000 points (bench/ingest.py).
-        checked = metrics_parse.points_check_body(body=request.body)
         # A NaN or an infinity is refused (never stored) and opens the key's NaN alert when
         # the run's rules watch it: the refusal says the value was not stored, the alert that
         # the run diverged; both name the same key and first step (docs/trackers.md).
         opened = 0
         first_steps = checked.not_finite()
-        if admission is not None and first_steps:  # alerts open before the points: check first
+        # Nothing to store (no statement to check the row), or alerts to open before the
+        # points: the row is checked first, as without an admission.
+        if admission is not None and (first_steps or not len(checked.batch)):
             admission, run = None, runner_run(request, pk)
         if first_steps:
             opened = alerts_not_finite(run=run, first_steps=first_steps, door=Door.RUNNER)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connection
 from django.utils import timezone
 
 from marin_site.errors import DomainError
@@ -125,8 +126,8 @@ _admissions: dict[int, Admission] = {}
 
 def admission_keep(*, run: Run) -> None:
     """Keep the admission of a running run whose token passed the full check for a write."""
-    if run.state != RunState.RUNNING or not run.token_hash:
-        return
+    if run.state != RunState.RUNNING or not run.token_hash or connection.vendor != "postgresql":
+        return  # only PostgreSQL's ingest statement checks an admission
     if len(_admissions) >= _ADMISSIONS_KEPT:
         _admissions.clear()
     _admissions[run.pk] = Admission(

@@ -23,7 +23,7 @@ from runs import tokens
 from runs.alerts import services as alerts
 from runs.metrics import ingest as metric_writes
 from runs.metrics import parse as metrics_parse
-from runs.models import MetricPoint, MetricSummary, Run, RunState
+from runs.models import Alert, MetricPoint, MetricSummary, Run, RunState
 from runs.runner_api import RunMetricsView
 from runs.services import reconcile
 from runs.services import runs as run_writes
@@ -514,6 +514,34 @@ def test_a_kept_admission_skips_the_run_s_row_and_an_ended_run_is_refused_at_onc
     assert _run_row_read(queries)
     assert MetricPoint.objects.filter(run=run).count() == 10
     assert MetricSummary.objects.get(run=run, key="train/loss").count == 10
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="admissions are PostgreSQL's")
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"points": [{"key": "a b", "step": 1, "value": 1}]}',  # nothing storable: 400
+        '{"points": [{"key": "a", "step": 1, "value": NaN}]}',  # a NaN alert to open
+        "not json",  # refused whole: 400
+        "over the rate",  # 429
+    ],
+)
+def test_on_a_kept_admission_a_run_ended_elsewhere_is_refused_before_anything_else(
+    api: APIClient, recipe: Any, body: str, settings: Any
+) -> None:
+    """A batch with nothing to store, one with a NaN, one that is no batch, one over the
+    rate: for a run that ended in another process, 409 as without an admission."""
+    run, token = start(Run.objects.filter(plan=launched_plan(recipe)).order_by("pk")[0])
+    if body == "over the rate":
+        settings.RUNS_METRICS_RATE_PER_MINUTE = 1
+        body = json.dumps(batch("train/loss", range(5, 10)))
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5))).status_code == 200
+    _elsewhere("UPDATE runs_run SET state = 'finished' WHERE id = %s", [run.pk])
+    ended = post(api, run, token, "metrics/", body)
+    assert ended.status_code == 409, ended.content
+    assert Alert.objects.filter(run=run).count() == 0
+    assert MetricPoint.objects.filter(run=run).count() == 5
 
 
 @pytest.mark.django_db(transaction=True)
