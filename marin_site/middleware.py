@@ -1,6 +1,7 @@
 """Refuse request bodies over the configured cap with 413 before anything reads them, and
 forms not in UTF-8 with 400 before anything decodes them; the Content-Security-Policy header
-on every answer, built once."""
+on every answer, built once; and the runner's lane, which takes a run's metrics batches
+through only the middleware that act on them."""
 
 from __future__ import annotations
 
@@ -12,10 +13,13 @@ from csp.constants import HEADER, HEADER_REPORT_ONLY
 from csp.middleware import CheckableLazyObject, CSPMiddleware
 from csp.utils import build_policy
 from django.conf import settings
-from django.core.exceptions import RequestDataTooBig, TooManyFieldsSent
+from django.core.exceptions import ImproperlyConfigured, RequestDataTooBig, TooManyFieldsSent
+from django.core.handlers.exception import convert_exception_to_response
 from django.http import HttpRequest, HttpResponse, HttpResponseBase, JsonResponse
 from django.http.multipartparser import MultiPartParserError
+from django.urls import resolve
 from django.utils.html import escape
+from django.utils.module_loading import import_string
 
 from marin_site.input import decoded_form_problem, form_encoding_problem
 
@@ -144,3 +148,72 @@ class PolicyMiddleware(CSPMiddleware):
                 response[header] = policy
         request.csp_nonce = CheckableLazyObject(self._csp_nonce_post_response)  # type: ignore[attr-defined]
         return response
+
+
+# The middleware a runner's metrics POST skips, and why each does nothing for it: the door
+# takes a bearer token and a JSON body, answers JSON, and reads no session, cookie or user.
+RUNNER_LANE_SKIPS = {
+    "whitenoise.middleware.WhiteNoiseMiddleware": "serves files under STATIC_URL only",
+    "django.contrib.sessions.middleware.SessionMiddleware": "no session is read: no cookie, no Vary",
+    "django.middleware.csrf.CsrfViewMiddleware": "the door is csrf_exempt (a bearer token)",
+    "django.contrib.auth.middleware.AuthenticationMiddleware": "the door's user is anonymous",
+    "django.contrib.messages.middleware.MessageMiddleware": "no messages on a JSON answer",
+    "allauth.account.middleware.AccountMiddleware": "redirects the account pages' 404s only",
+    "marin_site.pagecache.PublicPageCacheMiddleware": "caches public GET pages only",
+}
+# The runner's metrics door (``runs.runner_api.RunMetricsView``, ``<int:pk>`` in its route).
+RUNNER_LANE_PATH = re.compile(r"/api/v1/runs/(?P<pk>[0-9]+)/metrics/\Z")
+
+
+class RunnerLaneMiddleware:
+    """Every metrics batch of every run through the middleware that acts on it, not the
+    whole chain: first in MIDDLEWARE, it hands a POST to the metrics door that takes the
+    door's short cycle (``takes_short_cycle``: JSON accepted) to a chain of the middleware
+    after it but those in RUNNER_LANE_SKIPS (the body cap, the security and CSP headers, the
+    common and frame headers stay), ending in the door's view without resolving the URL again.
+    The answer is the one the whole chain gives (tests/marin_site/test_middleware.py holds
+    them equal); anything else goes the whole way. About 0.2 ms of a batch's 5 of Python."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+        self.lane: Callable[[HttpRequest], HttpResponse] | None = None
+        self.view: Any = None
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        match = RUNNER_LANE_PATH.match(request.path_info)
+        if match is None or request.method != "POST":
+            return self.get_response(request)
+        if self.lane is None:
+            self.view = resolve(request.path_info).func
+            self.lane = self._chain()
+        if not self.view.view_class.takes_short_cycle(request):
+            return self.get_response(request)
+        request.runner_lane_kwargs = {"pk": int(match["pk"])}  # type: ignore[attr-defined]
+        return self.lane(request)
+
+    def _chain(self) -> Callable[[HttpRequest], HttpResponse]:
+        """The lane's middleware, each wrapped as Django wraps it, around the view."""
+        if any(db.get("ATOMIC_REQUESTS") for db in settings.DATABASES.values()):
+            return self.get_response  # the view would run in a transaction: the whole way
+        after = settings.MIDDLEWARE[settings.MIDDLEWARE.index(RUNNER_LANE) + 1 :]
+        handler: Any = convert_exception_to_response(self._view)
+        for path in reversed([p for p in after if p not in RUNNER_LANE_SKIPS]):
+            middleware = import_string(path)(handler)
+            hooks = ("process_view", "process_exception", "process_template_response")
+            if any(hasattr(middleware, hook) for hook in hooks):
+                raise ImproperlyConfigured(f"{path} hooks the view: not in the runner's lane")
+            handler = convert_exception_to_response(middleware)
+        return handler
+
+    def _view(self, request: HttpRequest) -> HttpResponse:
+        """What Django's handler does around a view without view or template middleware:
+        call it, and render the answer."""
+        response = self.view(request, **request.runner_lane_kwargs)  # type: ignore[attr-defined]
+        if response is None:
+            raise ValueError("The runner's metrics view returned None.")
+        if callable(getattr(response, "render", None)):
+            response = response.render()
+        return response
+
+
+RUNNER_LANE = f"{RunnerLaneMiddleware.__module__}.{RunnerLaneMiddleware.__qualname__}"

@@ -67,6 +67,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "marin_site.middleware.RunnerLaneMiddleware",  # the metrics door's batches: only what acts
     "marin_site.middleware.RequestBodyCapMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "marin_site.middleware.PolicyMiddleware",  # django-csp's, its policy built once

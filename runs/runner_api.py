@@ -40,12 +40,17 @@ from runs.trackers import artifacts
 from runs.trackers import reports as tracker_reports
 
 
-def runner_run(request: Request, run_id: int) -> Run:
-    """The run the request's bearer token belongs to; refuses a token of another run."""
+def bearer_token(request: Request) -> str:
     header = request.META.get("HTTP_AUTHORIZATION", "")
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token:
         raise NotAuthenticated("Send the run's token: 'Authorization: Bearer <token>'.")
+    return token
+
+
+def runner_run(request: Request, run_id: int) -> Run:
+    """The run the request's bearer token belongs to; refuses a token of another run."""
+    token = bearer_token(request)
     run = selectors.runner_run(run_id=run_id)
     if run is None:
         raise PermissionDenied("This token does not belong to this run.")
@@ -92,11 +97,7 @@ class RunMetricsView(RunnerView):
         comes through it. The answer is the same Response, finished by DRF (its renderer,
         ``Allow`` and ``Vary``), and errors go through the same handler. Any other method, or
         an ``Accept`` DRF might answer with another renderer, takes the whole cycle."""
-        if (
-            request.method != "POST"
-            or request.META.get("HTTP_ACCEPT", "").strip() not in _JSON_ACCEPTS
-            or "format" in request.GET
-        ):
+        if not self.takes_short_cycle(request):
             return super().dispatch(request, *args, **kwargs)
         self.args, self.kwargs = args, kwargs
         self.request = request  # type: ignore[assignment]
@@ -113,6 +114,16 @@ class RunMetricsView(RunnerView):
         self.response = self.finalize_response(request, response, *args, **kwargs)  # type: ignore[arg-type]
         return self.response
 
+    @staticmethod
+    def takes_short_cycle(request: HttpRequest) -> bool:
+        """A POST accepting JSON: answered without DRF's request wrapper here, and through
+        the runner's lane of middleware (``marin_site.middleware.RunnerLaneMiddleware``)."""
+        return (
+            request.method == "POST"
+            and request.META.get("HTTP_ACCEPT", "").strip() in _JSON_ACCEPTS
+            and "format" not in request.GET
+        )
+
     def raise_uncaught_exception(self, exc: Exception) -> NoReturn:
         if not isinstance(self.request, Request):  # the short cycle: a plain HttpRequest
             raise exc
@@ -120,25 +131,51 @@ class RunMetricsView(RunnerView):
 
     @extend_schema(request=MetricBatchSerializer, responses=OpenApiTypes.OBJECT)
     def post(self, request: Request, pk: int) -> Response:
-        run = runner_run(request, pk)
+        # The process's admission of this token (its last full check), or the full check,
+        # which then keeps one: a batch taken on an admission is stored only while the run's
+        # row still says what it kept (runs.tokens.Admission), else checked in full here.
+        admission = tokens.admission_for(run_id=pk, token=bearer_token(request).strip())
+        if admission is not None:
+            run = admission.run()
+        else:
+            run = runner_run(request, pk)
+            if request.method not in SAFE_METHODS:
+                tokens.admission_keep(run=run)
         try:
-            ingest.metrics_rate_check(run_id=run.pk)
+            try:
+                ingest.metrics_rate_check(run_id=run.pk)
+                # The raw body, not request.data: orjson and one checking loop are several
+                # times faster than DRF's parser for 1000 points (bench/ingest.py).
+                checked = metrics_parse.points_check_body(body=request.body)
+            except Exception:
+                if admission is not None:  # the row's refusal comes first, as without one
+                    runner_run(request, pk)
+                raise
         except ingest.RateLimited as exc:
             return Response(
                 {"detail": exc.message}, status=429, headers={"Retry-After": str(exc.retry_after)}
             )
-        # The raw body, not request.data: orjson and one checking loop are several times
-        # faster than DRF's parser for 1000 points (bench/ingest.py).
-        checked = metrics_parse.points_check_body(body=request.body)
         # A NaN or an infinity is refused (never stored) and opens the key's NaN alert when
         # the run's rules watch it: the refusal says the value was not stored, the alert that
         # the run diverged; both name the same key and first step (docs/trackers.md).
         opened = 0
-        if first_steps := checked.not_finite():
+        first_steps = checked.not_finite()
+        # Nothing to store (no statement to check the row), or alerts to open before the
+        # points: the row is checked first, as without an admission.
+        if admission is not None and (first_steps or not len(checked.batch)):
+            admission, run = None, runner_run(request, pk)
+        if first_steps:
             opened = alerts_not_finite(run=run, first_steps=first_steps, door=Door.RUNNER)
-        stored, misfits = ingest.metrics_ingest_flagged(
-            run=run, batch=checked.batch, door=Door.RUNNER
-        )
+        try:
+            stored, misfits = ingest.metrics_ingest_flagged(
+                run=run, batch=checked.batch, door=Door.RUNNER, admission=admission
+            )
+        except ingest.NotAdmitted:  # nothing written: the row changed, or points were stored
+            tokens.admission_forget(run_id=pk)
+            run = runner_run(request, pk)  # refuses as the row now says, or goes again
+            stored, misfits = ingest.metrics_ingest_flagged(
+                run=run, batch=checked.batch, door=Door.RUNNER
+            )
         refused = metrics_parse.refusals_listed(checked.refused)
         answer = {
             "stored": stored,

@@ -384,7 +384,7 @@ WATCHES_WRITTEN = f"""written AS (
     UPDATE {WATCH_TABLE} AS w SET state = v.state::jsonb, updated_at = now()
     FROM unnest(%(ids)s::bigint[], %(states)s::text[], %(versions)s::text[])
         AS v(id, state, version){{quiet}}
-    WHERE w.id = v.id AND w.xmin = v.version::xid
+    WHERE w.id = v.id AND w.xmin = v.version::xid{{guard}}
     RETURNING w.id, w.xmin::text AS version
 )"""  # noqa: S608  (the table name is ours; values are parameters)
 WATCHES_ANSWER = f"""
@@ -397,7 +397,8 @@ WATCH_WRITE = (
     "WITH "
     + WATCHES_WRITTEN.format(
         # The statement is its own transaction: its commit need not wait for the disk.
-        quiet=", (SELECT set_config('synchronous_commit', 'off', true)) AS quiet"
+        quiet=", (SELECT set_config('synchronous_commit', 'off', true)) AS quiet",
+        guard="",
     )
     + WATCHES_ANSWER
 )

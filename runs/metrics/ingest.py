@@ -20,7 +20,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from operator import itemgetter
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.cache import cache
@@ -32,6 +33,7 @@ from psycopg.types.numeric import Int8
 from marin_site.db import server_binding_cursor
 from marin_site.doors import Door
 from marin_site.errors import DomainError
+from runs import tokens
 from runs.alerts.services import (
     WATCHES_ANSWER,
     WATCHES_WRITTEN,
@@ -47,6 +49,9 @@ from runs.metrics.parse import PointBatch
 from runs.models import MetricPoint, MetricSummary, Run, RunState
 from runs.series.rollup import series_refresh_soon
 
+if TYPE_CHECKING:
+    from runs.tokens import Admission
+
 logger = logging.getLogger(__name__)
 
 SIGN_OF_LIFE_EVERY = timedelta(seconds=2)  # how often a write refreshes a run's heartbeat
@@ -54,6 +59,13 @@ SIGN_OF_LIFE_EVERY = timedelta(seconds=2)  # how often a write refreshes a run's
 
 class NotRunning(DomainError):
     status_code = 409
+
+
+class NotAdmitted(Exception):
+    """A batch taken on an admission (``runs.tokens.Admission``) was not stored: the run's
+    row no longer says what the admission kept, or a point of the batch is stored already
+    (the upsert form is taken only after a full check). Nothing was written; the door
+    checks the run's row and goes again as without the admission."""
 
 
 class RateLimited(DomainError):
@@ -70,12 +82,17 @@ def metrics_rate_check(*, run_id: int) -> None:
     now = timezone.now().timestamp()
     window = int(now // 60)
     key = f"runs:metrics-rate:{run_id}:{window}"
-    cache.add(key, 0, timeout=70)
-    try:
+    try:  # one call for every batch but a window's first (one round trip on Redis)
         count = cache.incr(key)
-    except ValueError:  # expired between add and incr
-        cache.set(key, 1, timeout=70)
-        count = 1
+    except ValueError:  # the window's first batch
+        if cache.add(key, 1, timeout=70):
+            count = 1
+        else:  # another took the first place meanwhile
+            try:
+                count = cache.incr(key)
+            except ValueError:  # and it expired since: this one is the first again
+                cache.set(key, 1, timeout=70)
+                count = 1
     if count > limit:
         retry_after = max(1, 60 - int(now % 60))
         raise RateLimited(
@@ -90,7 +107,12 @@ def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True)
 
 
 def metrics_ingest_flagged(
-    *, run: Run, batch: PointBatch, require_running: bool = True, door: str = Door.SYSTEM
+    *,
+    run: Run,
+    batch: PointBatch,
+    require_running: bool = True,
+    door: str = Door.SYSTEM,
+    admission: Admission | None = None,
 ) -> tuple[int, list[UnitMisfit]]:
     """Upsert a checked batch for ``run`` (loaded with its state by the token check) and fold
     it into the per-key summaries; schedule the series refresh when anything changed.
@@ -102,18 +124,31 @@ def metrics_ingest_flagged(
     ``require_running=False``). Values are stored as logged; a fraction or percent key with
     values outside the range of the unit it is logged in is stored and flagged
     (``runs.metrics.flags``; ``runs.metrics.display`` converts when it shows them).
+
+    With ``admission`` (the native door, its token checked by the process, not the row),
+    every write stands only while the run's row says what the admission kept; else
+    ``NotAdmitted`` is raised with nothing written.
     """
+    if admission is not None and connection.vendor != "postgresql":
+        raise NotAdmitted
     if require_running and run.state != RunState.RUNNING:
         raise NotRunning(f"Run {run.pk} is {run.state}; only a running run takes metrics.")
     if not len(batch):
         return 0, []
-    misfits = metric_declarations.declarations_misfits(
-        run_id=run.pk, keys=batch.keys, steps=batch.steps, values=batch.values
-    )
+    ordered, folds = points_order_and_fold(batch)
+    misfits: list[UnitMisfit] = []
+    declarations = metric_declarations.declarations_for_run(run_id=run.pk)
+    # Each key's range is in its fold: only a key outside its unit's range is looked for.
+    if not all(
+        metric_declarations.value_fits(declarations.get(f.key), f.min, f.max) for f in folds
+    ):
+        misfits = metric_declarations.declarations_misfits(
+            run_id=run.pk, keys=batch.keys, steps=batch.steps, values=batch.values
+        )
     if run.state == RunState.RUNNING:
         loaded = "heartbeat_at" not in run.get_deferred_fields()
-        run_sign_of_life(run_id=run.pk, last=run.heartbeat_at if loaded else None)
-    ordered, folds = points_order_and_fold(batch)
+        last = run.heartbeat_at if loaded else None
+        run_sign_of_life(run_id=run.pk, last=last, admission=admission)
     columns = key_columns(ordered, folds)
     ahead = None
     if connection.vendor == "postgresql":
@@ -122,7 +157,9 @@ def metrics_ingest_flagged(
                 ahead = alerts_fold_ahead(run=run, batch_keys=set(columns), columns=columns)
             except Exception:  # an alert's fault never refuses the points
                 logger.exception("folding the alerts of run %s ahead failed", run.pk)
-        changed = ingest_postgresql(run_id=run.pk, batch=ordered, folds=folds, ahead=ahead)
+        changed = ingest_postgresql(
+            run_id=run.pk, batch=ordered, folds=folds, ahead=ahead, admission=admission
+        )
     else:
         changed = ingest_portable(run_id=run.pk, batch=batch)
     if changed:
@@ -188,9 +225,46 @@ summaries AS (
     {_SUMMARY_UPSERT}
 ),
 """  # noqa: S608
-    + WATCHES_WRITTEN.format(quiet="")
+    + WATCHES_WRITTEN.format(quiet="", guard="")
     + WATCHES_ANSWER
 )
+# The fresh forms for a batch taken on the process's admission of the run's token
+# (``runs.tokens.Admission``, no row read): every write of the statement stands only while
+# the run's row says what the admission kept, read in the statement's own snapshot. Without
+# the watches the count of summaries written says whether it stood (0: nothing written); with
+# them a row (-1, NULL) says it did not.
+_ADMITTED = f"""admitted AS (
+    SELECT FROM {Run._meta.db_table} WHERE id = %(run)s
+        AND (state, token_hash, attempt, started_at, time_limit_seconds) IS NOT DISTINCT FROM
+            (%(admit_state)s, %(admit_token)s, %(admit_attempt)s, %(admit_started)s,
+            %(admit_limit)s)
+)"""  # noqa: S608  (one row compared, so the row is found by its key alone)
+_IF_ADMITTED = " WHERE EXISTS (SELECT FROM admitted)"
+_SUMMARIES_ADMITTED = f"""
+INSERT INTO {SUMMARY_TABLE} AS s (run_id, key, last, min, max, step, count, stale_from)
+SELECT %(run)s, * FROM unnest(%(fold_keys)s::text[], %(fold_last)s::double precision[],
+    %(fold_min)s::double precision[], %(fold_max)s::double precision[],
+    %(fold_step)s::bigint[], %(fold_count)s::bigint[], %(fold_first)s::bigint[]){_IF_ADMITTED}
+{_SUMMARY_UPSERT}"""  # noqa: S608
+INGEST_FRESH_ADMITTED = f"""
+WITH {_ADMITTED},
+points AS (
+    INSERT INTO {POINTS_TABLE} (run_id, key, step, value, time){_BATCH}{_IF_ADMITTED}
+){_SUMMARIES_ADMITTED}"""
+INGEST_FRESH_WATCHED_ADMITTED = (
+    f"""
+WITH {_ADMITTED},
+points AS (
+    INSERT INTO {POINTS_TABLE} (run_id, key, step, value, time){_BATCH}{_IF_ADMITTED}
+),
+summaries AS ({_SUMMARIES_ADMITTED}
+),
+"""  # noqa: S608
+    + WATCHES_WRITTEN.format(quiet="", guard=" AND EXISTS (SELECT FROM admitted)")
+    + WATCHES_ANSWER
+    + "\nUNION ALL\nSELECT -1, NULL WHERE NOT EXISTS (SELECT FROM admitted)"
+)
+NOT_ADMITTED_ROW = (-1, None)
 INGEST_UPSERT = f"""
 WITH written AS (
     INSERT INTO {POINTS_TABLE} AS p (run_id, key, step, value, time){_BATCH}
@@ -224,7 +298,13 @@ class KeyFold:
 def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]:
     """The batch in (key, step) order, and one KeyFold per key. Points of one key usually
     come in step order already; only a key whose steps do not is sorted."""
-    keys, steps, values = batch.keys, batch.steps, batch.values
+    keys = batch.keys
+    cycle = len(set(keys))
+    if 1 < cycle < len(keys) and keys == (keys[:cycle] * (len(keys) // cycle + 1))[: len(keys)]:
+        # A trainer logs the same keys at every step, in the same order: the batch is that
+        # cycle repeated, and each key's points are every ``cycle``-th, cut by slices.
+        groups = {key: slice(at, None, cycle) for at, key in enumerate(keys[:cycle])}
+        return _ordered_by_groups(batch, groups)
     by_key: dict[str, list[int]] = {}
     for index, key in enumerate(keys):
         group = by_key.get(key)
@@ -232,15 +312,34 @@ def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]
             by_key[key] = [index]
         else:
             group.append(index)
-    order: list[int] = []
+    return _ordered_by_groups(batch, by_key)
+
+
+def _ordered_by_groups(
+    batch: PointBatch, groups: dict[str, Any]
+) -> tuple[PointBatch, list[KeyFold]]:
+    """The batch put in (key, step) order from the places of each key's points in it (a
+    slice, or a list of indices in batch order)."""
+    steps, values, times = batch.steps, batch.values, batch.times
+    out_keys: list[str] = []
+    out_steps: list[int] = []
+    out_values: list[float] = []
+    out_times: list[float | None] = []
     folds: list[KeyFold] = []
-    for key in sorted(by_key):
-        group = by_key[key]
-        group_steps = [steps[i] for i in group]
-        if group_steps != sorted(group_steps):
-            group.sort(key=steps.__getitem__)
-            group_steps = [steps[i] for i in group]
-        group_values = [values[i] for i in group]
+    for key in sorted(groups):
+        where = groups[key]
+        if type(where) is slice:
+            group_steps, group_values, group_times = steps[where], values[where], times[where]
+        else:
+            pick = itemgetter(*where) if len(where) > 1 else lambda seq, i=where[0]: (seq[i],)
+            group_steps, group_values = list(pick(steps)), list(pick(values))
+            group_times = list(pick(times))
+        if group_steps != sorted(group_steps):  # not in step order (a linear pass if it is)
+            by_step = sorted(range(len(group_steps)), key=group_steps.__getitem__)
+            group_steps = [group_steps[i] for i in by_step]
+            group_values = [group_values[i] for i in by_step]
+            group_times = [group_times[i] for i in by_step]
+        count = len(group_steps)
         folds.append(
             KeyFold(
                 key=key,
@@ -248,19 +347,15 @@ def points_order_and_fold(batch: PointBatch) -> tuple[PointBatch, list[KeyFold]]
                 min=min(group_values),
                 max=max(group_values),
                 step=group_steps[-1],
-                count=len(group),
+                count=count,
                 first=group_steps[0],
             )
         )
-        order.extend(group)
-    times = batch.times
-    ordered = PointBatch(
-        [keys[i] for i in order],
-        [steps[i] for i in order],
-        [values[i] for i in order],
-        [times[i] for i in order],
-    )
-    return ordered, folds
+        out_keys += [key] * count
+        out_steps += group_steps
+        out_values += group_values
+        out_times += group_times
+    return PointBatch(out_keys, out_steps, out_values, out_times), folds
 
 
 def key_columns(
@@ -282,6 +377,7 @@ def ingest_postgresql(
     batch: PointBatch,
     folds: list[KeyFold] | None = None,
     ahead: AlertsAhead | None = None,
+    admission: Admission | None = None,
 ) -> int:
     """Returns how many keys had points inserted or changed. ``batch`` with its ``folds``
     is already in (key, step) order (``points_order_and_fold``); without them it is put so.
@@ -297,9 +393,9 @@ def ingest_postgresql(
     times = ordered.times
     params: dict[str, Any] = {
         "run": Int8(run_id),
-        "keys": pg_arrays.text_array(ordered.keys),
+        "keys": pg_arrays.text_array_repeated([(f.key, f.count) for f in folds]),
         "steps": pg_arrays.int8_array(ordered.steps),
-        "values": pg_arrays.float8_array(ordered.values),
+        "values": pg_arrays.float8_array(ordered.values, nullable=False),
         "times": pg_arrays.float8_array([] if times.count(None) == len(times) else times),
         "fold_keys": pg_arrays.text_array([f.key for f in folds]),
         "fold_last": pg_arrays.float8_array([f.last for f in folds]),
@@ -309,20 +405,38 @@ def ingest_postgresql(
         "fold_count": pg_arrays.int8_array([f.count for f in folds]),
         "fold_first": pg_arrays.int8_array([f.first for f in folds]),
     }
+    fresh, fresh_watched = INGEST_FRESH, INGEST_FRESH_WATCHED
+    if admission is not None:
+        fresh, fresh_watched = INGEST_FRESH_ADMITTED, INGEST_FRESH_WATCHED_ADMITTED
+        params.update(
+            admit_state=RunState.RUNNING,
+            admit_token=admission.token_hash,
+            admit_attempt=admission.attempt,
+            admit_started=admission.started_at,
+            admit_limit=admission.time_limit_seconds,
+        )
     with server_binding_cursor() as cursor:
         pg_arrays.register(cursor.cursor)
         try:
             if connection.get_autocommit() and not connection.in_atomic_block:
                 if ahead is None:
-                    cursor.execute(INGEST_FRESH, params)
+                    cursor.execute(fresh, params)
+                    stood = cursor.rowcount != 0
                 else:
-                    cursor.execute(INGEST_FRESH_WATCHED, {**params, **ahead.params()})
-                    ahead.rows = cursor.fetchall()
+                    cursor.execute(fresh_watched, {**params, **ahead.params()})
+                    rows = cursor.fetchall()
+                    stood = NOT_ADMITTED_ROW not in rows
+                    ahead.rows = rows
             else:
                 with transaction.atomic():
-                    cursor.execute(INGEST_FRESH, params)
+                    cursor.execute(fresh, params)
+                    stood = cursor.rowcount != 0
+            if admission is not None and not stood and folds:
+                raise NotAdmitted
             return len(folds)
         except IntegrityError:  # some point is stored already: a resent or overlapping batch
+            if admission is not None:
+                raise NotAdmitted from None
             cursor.execute(INGEST_UPSERT, params)
             return int(cursor.rowcount)
 
@@ -403,7 +517,9 @@ def ingest_portable(*, run_id: int, batch: PointBatch) -> int:
     return len(by_key)
 
 
-def run_sign_of_life(*, run_id: int, last: datetime | None = None) -> None:
+def run_sign_of_life(
+    *, run_id: int, last: datetime | None = None, admission: Admission | None = None
+) -> None:
     """A running run's write is a sign of life, as good as a heartbeat: a job that reports
     metrics (through any door) is not silent, whether or not it sends heartbeats too, and
     the reconciler and the silence alert count it. At most one row written per
@@ -412,9 +528,14 @@ def run_sign_of_life(*, run_id: int, last: datetime | None = None) -> None:
     now = timezone.now()
     if last is not None and now - last < SIGN_OF_LIFE_EVERY:
         return
-    Run.objects.filter(pk=run_id, state=RunState.RUNNING).filter(
+    running = Run.objects.filter(pk=run_id, state=RunState.RUNNING)
+    if admission is not None:  # only the attempt whose token it is
+        running = running.filter(token_hash=admission.token_hash, attempt=admission.attempt)
+    running.filter(
         Q(heartbeat_at__isnull=True) | Q(heartbeat_at__lt=now - SIGN_OF_LIFE_EVERY)
     ).update(heartbeat_at=now)
+    if admission is not None:
+        tokens.admission_heard(admission=admission, at=now)
 
 
 def run_heartbeat(*, run_id: int) -> Run:

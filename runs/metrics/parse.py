@@ -143,10 +143,16 @@ def points_check(*, data: Any) -> CheckedBatch:
     cap = settings.RUNS_METRICS_MAX_POINTS
     if len(points) > cap:
         raise BatchTooLarge(f"A batch holds at most {cap} points; this one has {len(points)}.")
-    keys: list[str] = []
-    steps: list[int] = []
-    values: list[float] = []
-    times: list[float | None] = []
+    columns = _columns_if_clean(points)
+    if columns is not None:
+        keys, steps, values, times = columns
+        if len(set(zip(keys, steps, strict=True))) != len(keys):
+            return CheckedBatch(_last_of_repeats(keys, steps, values, times))
+        return CheckedBatch(PointBatch(keys, steps, values, times))
+    keys = []
+    steps = []
+    values = []
+    times = []
     good_keys: set[str] = set()
     refused: dict[Any, KeyRefusal] = {}
     isfinite = math.isfinite
@@ -179,6 +185,48 @@ def points_check(*, data: Any) -> CheckedBatch:
     return CheckedBatch(batch, list(refused.values()))
 
 
+def _columns_if_clean(
+    points: list[Any],
+) -> tuple[list[str], list[int], list[float], list[float | None]] | None:
+    """The batch's four columns when every point passes the check, else None (the point by
+    point loop then sorts the good from the refused). Column by column, in C where it can
+    be: the usual batch (float values, times or none) is checked in about half the loop's
+    time.
+    Only what the loop takes exactly is taken: any other form goes to the loop."""
+    try:
+        keys = [point["key"] for point in points]
+        steps = [point["step"] for point in points]
+        values = [point["value"] for point in points]
+        times = [point.get("time") for point in points]
+        distinct_keys = set(keys)
+    except (TypeError, KeyError, AttributeError):  # not an object, a field missing, a list key
+        return None
+    if not points or not all(
+        type(key) is str and (key in _GOOD_KEYS or _good_key(key, _GOOD_KEYS))
+        for key in distinct_keys
+    ):
+        return None
+    if (
+        set(map(type, steps)) != {int}
+        or min(steps) < 0
+        or max(steps) >= MAX_STEP
+        or set(map(type, values)) != {float}
+        or not all(map(math.isfinite, values))
+    ):
+        return None
+    if times.count(None) != len(times) and (
+        not set(map(type, times)) <= {float, int} or min(times) < EARLIEST or max(times) > LATEST
+    ):
+        return None
+    return keys, steps, values, times
+
+
+# Keys that matched METRIC_KEY, kept by the process (a run logs the same few keys for ever);
+# bounded, so a stream of new names cannot grow it without end.
+_GOOD_KEYS: set[str] = set()
+_GOOD_KEYS_KEPT = 10_000
+
+
 def _refuse(refused: dict[Any, KeyRefusal], index: int, point: Any) -> None:
     """Count a point the fast check refused under its key (or its place, when it has no
     key that is a string)."""
@@ -200,7 +248,8 @@ def _refuse(refused: dict[Any, KeyRefusal], index: int, point: Any) -> None:
 
 def _good_key(key: Any, good_keys: set[str]) -> bool:
     if type(key) is str and METRIC_KEY.match(key):
-        good_keys.add(key)
+        if good_keys is not _GOOD_KEYS or len(good_keys) < _GOOD_KEYS_KEPT:
+            good_keys.add(key)
         return True
     return False
 

@@ -86,13 +86,25 @@ def int8_array(items: Sequence[int]) -> PackedArray:
     return _pack_fixed("iq", INT8, items)
 
 
-def float8_array(items: Sequence[float | None]) -> PackedArray:
-    """``double precision[]``; None is NULL."""
-    if None not in items:
+def float8_array(items: Sequence[float | None], *, nullable: bool = True) -> PackedArray:
+    """``double precision[]``; None is NULL. ``nullable=False``: the caller knows there is no
+    None (a checked batch's values), and the look for one is skipped."""
+    if not nullable or None not in items:
         return _pack_fixed("id", FLOAT8, items)
     pack = _FLOAT8_ITEM.pack
     body = b"".join(_NULL if item is None else pack(8, item) for item in items)
     return PackedArray(ARRAY_OID[FLOAT8], _header(FLOAT8, len(items), has_nulls=True) + body)
+
+
+def text_array_repeated(runs: Sequence[tuple[str, int]]) -> PackedArray:
+    """``text[]`` of each string repeated its count of times, in turn: the keys of a batch
+    in key order, one string per key."""
+    pieces = []
+    for item, count in runs:
+        encoded = item.encode()
+        pieces.append((struct.pack(">i", len(encoded)) + encoded) * count)
+    total = sum(count for _, count in runs)
+    return PackedArray(ARRAY_OID[TEXT], _header(TEXT, total) + b"".join(pieces))
 
 
 def text_array(items: Sequence[str]) -> PackedArray:

@@ -3,21 +3,28 @@
 from __future__ import annotations
 
 import json
+import re
 from datetime import timedelta
 from typing import Any
 
+import hypothesis
+import psycopg
 import pytest
 from django.core.cache import cache
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import resolve
 from django.utils import timezone
+from hypothesis import strategies as st
 from rest_framework.test import APIClient
 
+from marin_site.middleware import RUNNER_LANE, RUNNER_LANE_PATH
 from runs import tokens
 from runs.alerts import services as alerts
 from runs.metrics import ingest as metric_writes
 from runs.metrics import parse as metrics_parse
-from runs.models import MetricPoint, MetricSummary, Run, RunState
+from runs.models import Alert, MetricPoint, MetricSummary, Run, RunState
+from runs.runner_api import RunMetricsView
 from runs.services import reconcile
 from runs.services import runs as run_writes
 from tests.concurrency import race
@@ -216,6 +223,50 @@ def test_order_and_fold() -> None:
     ]
 
 
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(
+    keys=st.lists(st.sampled_from("abcdefg"), min_size=1, max_size=5, unique=True),
+    rounds=st.integers(1, 8),
+    cut=st.integers(0, 4),
+    shuffle=st.booleans(),
+    seed=st.randoms(use_true_random=False),
+)
+def test_order_and_fold_of_a_cyclic_or_any_batch_is_the_batch_sorted_by_key_and_step(
+    keys: list[str], rounds: int, cut: int, shuffle: bool, seed: Any
+) -> None:
+    """A batch that repeats a cycle of keys (ordered by slices) or any other (by index
+    lists): the points sorted by (key, step), each key folded from its own."""
+    pairs = [(key, step) for step in range(rounds) for key in keys][
+        : max(1, rounds * len(keys) - cut)
+    ]
+    steps_of = {key: seed.sample(range(100), rounds) for key in keys}  # a key's steps may fall
+    points = [(key, steps_of[key][step], seed.uniform(-5, 5), None) for key, step in pairs]
+    if shuffle:
+        seed.shuffle(points)
+    batch = metrics_parse.PointBatch(*(list(column) for column in zip(*points, strict=True)))
+    ordered, folds = metric_writes.points_order_and_fold(batch)
+    expected = sorted(points, key=lambda p: (p[0], p[1]))
+    assert (
+        list(zip(ordered.keys, ordered.steps, ordered.values, ordered.times, strict=True))
+        == expected
+    )
+    by_key: dict[str, list[tuple[int, float]]] = {}
+    for key, step, value, _ in expected:
+        by_key.setdefault(key, []).append((step, value))
+    assert folds == [
+        metric_writes.KeyFold(
+            key=key,
+            last=group[-1][1],
+            min=min(v for _, v in group),
+            max=max(v for _, v in group),
+            step=group[-1][0],
+            count=len(group),
+            first=group[0][0],
+        )
+        for key, group in sorted(by_key.items())
+    ]
+
+
 def test_key_columns_cut_an_ordered_batch_by_its_folds() -> None:
     """The alerts read each key's points in step order from the ingest's ordering."""
     batch = metrics_parse.PointBatch(
@@ -292,14 +343,17 @@ def _metrics_answer(api: APIClient, run: Run, token: str | None, body: str, **ex
     )
 
 
+_RETRY_IN = re.compile(rb"retry in [0-9]+ s")
+
+
 def _shape(response: Any) -> tuple[Any, ...]:
     """Status, body and headers; of Retry-After only whether it is there (seconds to a
-    minute's end, which the two answers may straddle)."""
+    minute's end, which the two answers may straddle; so too the body's "retry in N s")."""
     headers: tuple[str, ...] = ("Content-Type", "Allow", "Vary", "WWW-Authenticate")
     headers += ("X-Frame-Options", "X-Content-Type-Options", "Referrer-Policy")
     return (
         response.status_code,
-        json.loads(response.content),
+        json.loads(_RETRY_IN.sub(b"retry in N s", response.content)),
         *(response.headers.get(h) for h in headers),
         "Retry-After" in response.headers,
     )
@@ -342,6 +396,188 @@ def test_the_metrics_door_s_short_cycle_answers_as_drf_s_whole_cycle(
     ]
     assert limited[1].status_code == 429
     assert [_shape(r) for r in limited] == [_shape(r) for r in limited_whole]
+
+
+def _whole(response: Any) -> tuple[Any, ...]:
+    """Status, body and every header but Retry-After's seconds (only whether it is there,
+    and the body's "retry in N s" without N: two answers may straddle a second)."""
+    headers = sorted((k, v) for k, v in response.headers.items() if k != "Retry-After")
+    body = _RETRY_IN.sub(b"retry in N s", response.content)
+    return response.status_code, body, headers, "Retry-After" in response.headers
+
+
+@pytest.mark.parametrize("accept", [None, "application/json"])
+def test_the_runner_lane_answers_as_the_whole_middleware_chain(
+    recipe: Any, accept: str | None, settings: Any
+) -> None:
+    """The metrics door's POSTs skip the middleware that does nothing for them
+    (marin_site.middleware.RunnerLaneMiddleware): every outcome has the same status, body
+    and headers (security, CSP, frame, length) as through the whole chain."""
+    runs = Run.objects.filter(plan=launched_plan(recipe))
+    (one, token), (other, other_token) = (start(r) for r in runs)
+    extra = {} if accept is None else {"HTTP_ACCEPT": accept}
+    lane, whole_chain = APIClient(), APIClient()
+    without_lane = [m for m in settings.MIDDLEWARE if m != RUNNER_LANE]
+    assert without_lane != settings.MIDDLEWARE
+    cases = [
+        (one, token, json.dumps(batch("train/loss", range(3)))),  # 200, stored
+        (one, token, json.dumps(batch("train/loss", range(3)))),  # 200, stored before
+        (one, token, '{"points": [{"key": "a", "step": 1, "value": "1"}]}'),  # 400, refused
+        (one, token, "not json"),  # 400, whole body refused
+        (one, other_token, "{}"),  # 403, another run's token
+        (one, None, "{}"),  # 401, no token
+        (other, other_token, json.dumps(batch("train/loss", range(3, 6)))),  # 409, ended
+    ]
+    answers: dict[str, list[Any]] = {"lane": [], "whole": []}
+    rate = settings.RUNS_METRICS_RATE_PER_MINUTE
+    for name, client in (("lane", lane), ("whole", whole_chain)):
+        settings.MIDDLEWARE = settings.MIDDLEWARE if name == "lane" else without_lane
+        for at, (run, tok, body) in enumerate(cases):
+            if at == len(cases) - 1:
+                Run.objects.filter(pk=other.pk).update(state=RunState.FINISHED)
+            response = _metrics_answer(client, run, tok, body, **extra)
+            assert hasattr(response.wsgi_request, "runner_lane_kwargs") is (name == "lane")
+            answers[name].append(_whole(response))
+        Run.objects.filter(pk=other.pk).update(state=RunState.RUNNING)
+        MetricPoint.objects.all().delete()
+        MetricSummary.objects.all().delete()
+        settings.RUNS_METRICS_RATE_PER_MINUTE = 1
+        cache.clear()
+        limited = [_metrics_answer(client, one, token, "{}", **extra) for _ in range(2)]
+        answers[name] += [_whole(r) for r in limited]
+        settings.RUNS_METRICS_RATE_PER_MINUTE = rate
+        cache.clear()
+    statuses = [answer[0] for answer in answers["lane"]]
+    assert statuses == [200, 200, 400, 400, 403, 401, 409, 400, 429]
+    assert answers["lane"] == answers["whole"]
+    headers = dict(answers["lane"][0][2])
+    for name in ("Content-Security-Policy", "X-Frame-Options", "X-Content-Type-Options"):
+        assert name in headers
+    assert "Content-Length" in headers
+
+
+def test_the_runner_lane_takes_the_metrics_door_s_route_and_no_other() -> None:
+    """The lane's path is the door's route: the same view and ``pk`` as the URLconf's."""
+    for pk in ("1", "42", "9" * 30):
+        match = resolve(f"/api/v1/runs/{pk}/metrics/")
+        lane = RUNNER_LANE_PATH.match(f"/api/v1/runs/{pk}/metrics/")
+        assert match.func.view_class is RunMetricsView  # type: ignore[attr-defined]
+        assert lane is not None and {"pk": int(lane["pk"])} == match.kwargs
+    for path in (
+        "/api/v1/runs/1/metrics",
+        "/api/v1/runs/1/metrics/x",
+        "/api/v1/runs/-1/metrics/",
+        "/api/v1/runs/١/metrics/",
+        "/api/v1/runs/1/heartbeat/",
+        "/runs/1/metrics/",
+    ):
+        assert RUNNER_LANE_PATH.match(path) is None
+
+
+def _elsewhere(sql: str, params: list[Any]) -> None:
+    """A change of the run's row by another process: its own connection, committed."""
+    settings_dict = connection.settings_dict
+    with psycopg.connect(
+        dbname=settings_dict["NAME"],
+        user=settings_dict["USER"],
+        password=settings_dict["PASSWORD"] or None,
+        host=settings_dict["HOST"] or None,
+        port=settings_dict["PORT"] or None,
+        autocommit=True,
+    ) as other:
+        other.execute(sql, params)
+
+
+def _run_row_read(queries: CaptureQueriesContext) -> bool:
+    """Whether the door read the run's row (the full check's query)."""
+    return any(q["sql"].startswith("SELECT id, state") for q in queries.captured_queries)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="admissions are PostgreSQL's")
+def test_a_kept_admission_skips_the_run_s_row_and_an_ended_run_is_refused_at_once(
+    api: APIClient, recipe: Any
+) -> None:
+    """After one full check the door stores a run's batches without reading its row; a run
+    ended by another process refuses the very next batch, which stores nothing."""
+    run, token = start(Run.objects.filter(plan=launched_plan(recipe)).order_by("pk")[0])
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5))).status_code == 200
+    with CaptureQueriesContext(connection) as queries:
+        response = post(api, run, token, "metrics/", batch("train/loss", range(5, 10)))
+    assert response.status_code == 200 and response.json()["stored"] == 5
+    assert not _run_row_read(queries)
+    _elsewhere("UPDATE runs_run SET state = 'finished' WHERE id = %s", [run.pk])
+    with CaptureQueriesContext(connection) as queries:
+        ended = post(api, run, token, "metrics/", batch("train/loss", range(10, 15)))
+    assert ended.status_code == 409, ended.content
+    assert "has ended (finished)" in ended.json()["detail"]
+    assert _run_row_read(queries)
+    assert MetricPoint.objects.filter(run=run).count() == 10
+    assert MetricSummary.objects.get(run=run, key="train/loss").count == 10
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="admissions are PostgreSQL's")
+@pytest.mark.parametrize(
+    "body",
+    [
+        '{"points": [{"key": "a b", "step": 1, "value": 1}]}',  # nothing storable: 400
+        '{"points": [{"key": "a", "step": 1, "value": NaN}]}',  # a NaN alert to open
+        "not json",  # refused whole: 400
+        "over the rate",  # 429
+    ],
+)
+def test_on_a_kept_admission_a_run_ended_elsewhere_is_refused_before_anything_else(
+    api: APIClient, recipe: Any, body: str, settings: Any
+) -> None:
+    """A batch with nothing to store, one with a NaN, one that is no batch, one over the
+    rate: for a run that ended in another process, 409 as without an admission."""
+    run, token = start(Run.objects.filter(plan=launched_plan(recipe)).order_by("pk")[0])
+    if body == "over the rate":
+        settings.RUNS_METRICS_RATE_PER_MINUTE = 1
+        body = json.dumps(batch("train/loss", range(5, 10)))
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5))).status_code == 200
+    _elsewhere("UPDATE runs_run SET state = 'finished' WHERE id = %s", [run.pk])
+    ended = post(api, run, token, "metrics/", body)
+    assert ended.status_code == 409, ended.content
+    assert Alert.objects.filter(run=run).count() == 0
+    assert MetricPoint.objects.filter(run=run).count() == 5
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="admissions are PostgreSQL's")
+def test_a_kept_admission_refuses_a_token_rotated_or_restarted_by_another_process(
+    api: APIClient, recipe: Any
+) -> None:
+    """A new attempt (a new token) or a new start, written by another process: the old
+    token's next batch is refused as the full check refuses it, nothing stored and no sign
+    of life written for it; the new token is taken."""
+    run, token = start(Run.objects.filter(plan=launched_plan(recipe)).order_by("pk")[0])
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5))).status_code == 200
+    assert post(api, run, token, "metrics/", batch("train/loss", range(5, 10))).status_code == 200
+    run.attempt += 1
+    new_token = tokens.run_token(run=run)
+    quiet_since = timezone.now() - timedelta(hours=1)
+    _elsewhere(
+        "UPDATE runs_run SET attempt = %s, token_hash = %s, heartbeat_at = %s WHERE id = %s",
+        [run.attempt, tokens.token_hash(new_token), quiet_since, run.pk],
+    )
+    stale = post(api, run, token, "metrics/", batch("train/loss", range(10, 15)))
+    assert stale.status_code == 409, stale.content
+    assert f"is of attempt {run.attempt - 1}" in stale.json()["detail"]
+    run.refresh_from_db()
+    assert run.heartbeat_at == quiet_since
+    assert MetricPoint.objects.filter(run=run).count() == 10
+    taken = post(api, run, new_token, "metrics/", batch("train/loss", range(10, 15)))
+    assert taken.status_code == 200 and taken.json()["stored"] == 5
+    assert post(api, run, new_token, "metrics/", batch("eval/loss", range(3))).status_code == 200
+    _elsewhere(
+        "UPDATE runs_run SET started_at = now() - interval '30 days' WHERE id = %s", [run.pk]
+    )
+    expired = post(api, run, new_token, "metrics/", batch("train/loss", range(15, 20)))
+    assert expired.status_code == 401, expired.content
+    assert "expired" in expired.json()["detail"]
+    assert MetricPoint.objects.filter(run=run).count() == 18
 
 
 def test_missing_token_is_refused(api: APIClient, running: tuple[Run, str]) -> None:
