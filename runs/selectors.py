@@ -183,8 +183,7 @@ def recipe_author_dry_runs_allowed(*, recipe_id: int | None) -> bool:
     from django.conf import settings
 
     from runs.pools.models import Pool
-    from runs.services.recipes import allowed_executors
-    from runs.validators import pool_name
+    from runs.validators import allowed_executors, pool_name
 
     row = (
         Recipe.objects.filter(pk=recipe_id).values_list("name", "executor", "launch").first()

@@ -29,6 +29,12 @@ def pool_name(executor: str) -> str:
     return match.group(1) if match else ""
 
 
+def allowed_executors(launch: object) -> list[str]:
+    """The executors and pools a recipe's ``launch.executors`` allows (empty: any)."""
+    found = launch.get("executors") if isinstance(launch, dict) else None
+    return [name for name in found if isinstance(name, str)] if isinstance(found, list) else []
+
+
 def is_pull_executor(executor: str) -> bool:
     """Whether runs on this executor are pulled by agents rather than pushed by the site."""
     return executor.startswith(POOL_PREFIX)

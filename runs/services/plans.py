@@ -28,12 +28,12 @@ from runs.models import (
 from runs.pools.models import Pool
 from runs.services.recipes import (
     allowed_executor_problem,
-    allowed_executors,
     executor_problem,
     launch_labels_problem,
 )
 from runs.specs.ablation import Plan as PlanPreview
 from runs.specs.ablation import PlanError, RecipeSpec, build_plan
+from runs.validators import allowed_executors
 
 
 def plan_build(

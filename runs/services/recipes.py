@@ -23,6 +23,7 @@ from runs.pools.services import labels_clean, labels_problem
 from runs.specs.ablation import slug_ok, version_ok
 from runs.specs.commands import command_store, launch_problems
 from runs.specs.compute import FormulaError, run_cost, validate_compute_model
+from runs.validators import allowed_executors
 from runs.verdicts.rules import declared_rules_problems
 
 RECIPE_FIELDS = (
@@ -246,12 +247,6 @@ def _where_problems(data: dict[str, Any], requires_labels: list[str]) -> dict[st
     if listed := allowed_executors_problems(data):
         problems["launch"] = listed
     return problems
-
-
-def allowed_executors(launch: Any) -> list[str]:
-    """The executors and pools a recipe's ``launch.executors`` allows (empty: any)."""
-    found = launch.get("executors") if isinstance(launch, dict) else None
-    return [name for name in found if isinstance(name, str)] if isinstance(found, list) else []
 
 
 def allowed_executors_problems(data: dict[str, Any]) -> list[str]:
