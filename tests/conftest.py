@@ -87,7 +87,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 # Run first: the files whose tests take seconds to a minute each (servers, browsers, fuzzers).
 # bin/test's workers take whole files in collection order, and these, last by name, left one
 # worker finishing them alone while the other waited.
-SLOW_FILES_FIRST = ("tests/system/", "tests/browser/")
+SLOW_FILES_FIRST = (
+    "tests/system/",
+    "tests/browser/",
+    "tests/runs/executors/",  # real Iris and Ray clusters; Iris's minute-long time-limit check
+    "tests/client/",  # a Levanter trainer, a fresh virtual environment
+    "tests/runs/recipes/test_demo.py",  # the tiny ladder trained for real
+    "tests/runs/test_tiny_moe.py",
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 REDIS_DATABASES = 16  # Redis' default
-WORKERS_MAX = 2  # Redis databases a run may use: one per pytest worker
+WORKERS_MAX = 4  # Redis databases a run may use: one per pytest process of its passes
 LOCK_SECONDS = 3 * 3600  # a run killed without release frees its range after this
 LOCK_KEY = "marin-site:test-run:redis-db:{}"
 
@@ -146,6 +146,7 @@ def claim() -> int:
             lines.append(f"export TEST_DATABASE_NAME=test_marin_{stamp}_{run_id.rsplit(':', 1)[1]}")
     redis_url = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
     lines.append(f"export TEST_REDIS_URL={_redis_claim(redis_url, run_id)}")
+    lines.append(f"export TEST_REDIS_RANGE={WORKERS_MAX}")
     print("\n".join(lines))
     return 0
 
