@@ -84,9 +84,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         _stop_leftover_jobs(factory.getbasetemp())
 
 
-# Run first: the files whose tests take seconds to a minute each (servers, browsers, fuzzers).
-# bin/test's workers take whole files in collection order, and these, last by name, left one
-# worker finishing them alone while the other waited.
+# The files whose tests take seconds to a minute each (servers, browsers, clusters), first in
+# collection order. bin/test's workers take whole files, pytest-xdist handing out those with
+# the most tests first (its loadscope reorder), so this order decides only among files of as
+# many tests; taking the files in this order instead (`--no-loadscope-reorder`) ran all the
+# heavy files at once at the start and was not faster (636 s against 594, one run each, docs
+# in bench/RESULTS.md).
 SLOW_FILES_FIRST = (
     "tests/system/",
     "tests/browser/",
