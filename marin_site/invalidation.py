@@ -103,13 +103,12 @@ def rows_changed(model: type[models.Model], rows: Iterable[Any]) -> None:
     """A bulk write of ``rows`` (instances, or ids) went past the signals: apply the model's
     rule to each, as a save would have. Instances are fetched for the ids given."""
     found = rules_for(model)
-    if not found:
-        return
     rows = list(rows)
+    if not found or not rows:
+        return
     ids = [row for row in rows if not isinstance(row, models.Model)]
     instances = [row for row in rows if isinstance(row, models.Model)]
-    if ids:
+    if ids and any(rule.versions is not None for rule in found):  # only a rule reading them
         instances += list(model._default_manager.filter(pk__in=ids))
-    if instances:
-        for rule in found:
-            rule.apply(*instances, signal=post_save)
+    for rule in found:
+        rule.apply(*instances, signal=post_save)

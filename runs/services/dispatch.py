@@ -238,8 +238,13 @@ def runs_dispatch() -> list[int]:
         capacity.plan_spent[run.plan_id] = spent + hours
     started += _runs_offer(to_offer)
     for reason, run_ids in waiting.items():
-        Run.objects.filter(pk__in=run_ids, state=RunState.QUEUED).update(state_reason=reason)
-        rows_changed(Run, run_ids)  # the reason shows on the run's page
+        changed = (
+            Run.objects.filter(pk__in=run_ids, state=RunState.QUEUED)
+            .exclude(state_reason=reason)
+            .update(state_reason=reason)
+        )
+        if changed:  # the reason shows on the run's page; a tick that changes none bumps none
+            rows_changed(Run, run_ids)
     return started
 
 

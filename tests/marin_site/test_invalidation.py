@@ -164,3 +164,17 @@ def test_a_batch_of_run_transitions_tells_the_pages(
     assert moves
     assert not bumped(lambda: None)  # the check can fail
     assert bumped(lambda: runs_transition(moves=moves, to_state=RunState.RUNNING, door=Door.WORKER))
+
+
+def test_rows_changed_reads_no_row_for_a_rule_that_needs_none(
+    django_capture_on_commit_callbacks: Any, recipe: Any
+) -> None:
+    """A run's rule only bumps the page generation: ids given are not fetched for it."""
+    from tests.runs.runs_helpers import launched_plan
+
+    ids = list(Run.objects.filter(plan=launched_plan(recipe)).values_list("pk", flat=True))
+    before = cache.get(pagecache.GENERATION_KEY, 0)
+    with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as q:
+        invalidation.rows_changed(Run, ids)
+    assert [query["sql"] for query in q.captured_queries] == []
+    assert cache.get(pagecache.GENERATION_KEY, 0) != before
