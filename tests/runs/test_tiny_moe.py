@@ -226,7 +226,106 @@ def _module(index: int) -> str:
     return f'"""{doc}"""\n{body}'
 
 
-def test_a_standard_library_missing_files_gives_the_same_files_less_those(tmp_path: Path) -> None:
+@pytest.fixture
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A cache folder of the test's own (the trainers the suite starts share the user's)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    data.load_corpus.cache_clear()  # this process's own memo, so each call reads the folder
+    return tmp_path / "cache" / "marin-tiny-moe"
+
+
+def _library(folder: Path, modules: int = 80) -> Path:
+    folder.mkdir()
+    for index in range(modules):
+        (folder / f"mod{index:02d}.py").write_text(_module(index))
+    return folder
+
+
+def _cuts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Counts the files the corpus is cut from (none when it comes from the cache)."""
+    seen: list[str] = []
+    split = data.split_source
+
+    def counting(text: str) -> tuple[str, str] | None:
+        seen.append(text[:30])
+        return split(text)
+
+    monkeypatch.setattr(data, "split_source", counting)
+    return seen
+
+
+def _same(one: data.Corpus, other: data.Corpus) -> bool:
+    return (
+        one.files == other.files
+        and one.eval_files == other.eval_files
+        and all(
+            np.array_equal(getattr(one, part)[s], getattr(other, part)[s])
+            and getattr(other, part)[s].dtype == np.int64
+            for part in ("train", "eval")
+            for s in data.SOURCES
+        )
+    )
+
+
+def test_the_corpus_is_cut_once_and_read_back_the_same(
+    tmp_path: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _library(tmp_path / "lib")
+    cuts = _cuts(monkeypatch)
+    first = data.load_corpus(root)
+    assert cuts and len(list(own_cache.glob("corpus-*.npz"))) == 1
+    cut_then = len(cuts)
+    data.load_corpus.cache_clear()
+    again = data.load_corpus(root)
+    assert len(cuts) == cut_then  # from the cache, nothing cut
+    assert _same(first, again)
+    data.load_corpus.cache_clear()
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
+    assert _same(data.load_corpus(root), first)  # what the cache gave is what a cut gives
+    assert len(cuts) == 2 * cut_then
+
+
+def test_a_changed_file_or_a_broken_cache_is_cut_again(
+    tmp_path: Path, own_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = _library(tmp_path / "lib")
+    cuts = _cuts(monkeypatch)
+    first = data.load_corpus(root)
+    cut_once = len(cuts)
+    changed = root / first.files[0]
+    changed.write_text(changed.read_text() + "def added(x):\n    return x\n")
+    data.load_corpus.cache_clear()
+    after = data.load_corpus(root)
+    assert len(cuts) == 2 * cut_once
+    assert len(after.train["code"]) + len(after.eval["code"]) > len(first.train["code"]) + len(
+        first.eval["code"]
+    )
+    kept = sorted(own_cache.glob("corpus-*.npz"), key=lambda path: path.stat().st_mtime_ns)
+    assert len(kept) == 2
+    kept[-1].write_bytes(b"PK\x03\x04 half a file")
+    data.load_corpus.cache_clear()
+    assert _same(data.load_corpus(root), after)
+    assert len(cuts) == 3 * cut_once
+    data.load_corpus.cache_clear()
+    assert _same(data.load_corpus(root), after)  # written whole again
+    assert len(cuts) == 3 * cut_once
+
+
+def test_a_cache_that_cannot_be_written_is_passed_by(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocked = tmp_path / "not-a-folder"
+    blocked.write_text("")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
+    data.load_corpus.cache_clear()
+    root = _library(tmp_path / "lib")
+    assert len(data.load_corpus(root).files) > 10
+    assert blocked.read_text() == ""
+
+
+def test_a_standard_library_missing_files_gives_the_same_files_less_those(
+    tmp_path: Path, own_cache: Path
+) -> None:
     full, trimmed = tmp_path / "full", tmp_path / "trimmed"
     for folder in (full, trimmed):
         folder.mkdir()

@@ -14,14 +14,25 @@ library gives a smaller corpus of the same files, not a different one (or, when 
 nothing is left, a ``CorpusError``). Files whose name's hash falls in one bucket in
 ``EVAL_BUCKETS`` are held out, in both sources, as the eval split. Text is UTF-8 bytes, one
 token per byte.
+
+Cutting the sources takes about half a second, longer than a short run's training, so the
+corpus is kept in the user's cache folder (``$XDG_CACHE_HOME``, else ``~/.cache``, under
+``marin-tiny-moe/``) under a key of everything it is cut from: this module's own source, the
+interpreter, the folder and each candidate file's name, size and modification time. A
+changed file or rule gives a new key; a cache that cannot be read or written is passed by.
 """
 
 from __future__ import annotations
 
 import ast
+import hashlib
 import io
+import os
+import sys
 import sysconfig
+import tempfile
 import tokenize
+import zipfile
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
@@ -108,14 +119,96 @@ def _tokens(texts: list[str]) -> np.ndarray:
     return np.frombuffer("\n".join(texts).encode("utf-8"), dtype=np.uint8).astype(np.int64)
 
 
+def _in_subset(path: Path) -> bool:
+    """The fixed subset: a rule on the file's own name (and never this machine's build
+    settings, which are not source)."""
+    return zlib.crc32(path.name.encode()) % SUBSET_MODULUS == 0 and not path.name.startswith(
+        "_sysconfigdata"
+    )
+
+
+def _candidates(root: Path) -> list[Path]:
+    try:
+        return [path for path in sorted(root.glob("*.py")) if _in_subset(path)]
+    except OSError:
+        return []
+
+
+def _cache_file(root: Path, max_bytes: int, paths: list[Path]) -> Path | None:
+    """Where the corpus cut from ``paths`` under these rules is kept: its key covers this
+    module's source, the interpreter, the folder and each file's name, size and mtime."""
+    key = hashlib.sha256()
+    key.update(Path(__file__).read_bytes())
+    key.update(f"{sys.version}\0{root.resolve()}\0{max_bytes}\0".encode())
+    for path in paths:
+        try:
+            stat = path.stat()
+        except OSError:
+            key.update(f"{path.name}\0missing\0".encode())
+            continue
+        key.update(f"{path.name}\0{stat.st_size}\0{stat.st_mtime_ns}\0".encode())
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path("~/.cache").expanduser())
+    if not base.is_absolute():
+        return None  # no home to keep it in: cut every time
+    return base / "marin-tiny-moe" / f"corpus-{key.hexdigest()[:32]}.npz"
+
+
+def _cached(path: Path) -> Corpus | None:
+    """The corpus kept at ``path``, or None when there is none or it cannot be read."""
+    try:
+        with path.open("rb") as file, np.load(file, allow_pickle=False) as kept:
+            return Corpus(
+                train={s: kept[f"train_{s}"].astype(np.int64) for s in SOURCES},
+                eval={s: kept[f"eval_{s}"].astype(np.int64) for s in SOURCES},
+                files=tuple(str(name) for name in kept["files"]),
+                eval_files=tuple(str(name) for name in kept["eval_files"]),
+            )
+    except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+def _keep(path: Path, corpus: Corpus) -> None:
+    """Write the corpus to ``path`` whole or not at all (runs may start side by side)."""
+    arrays = {
+        f"{split}_{s}": getattr(corpus, split)[s].astype(np.uint8)
+        for split in ("train", "eval")
+        for s in SOURCES
+    }
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        out = tempfile.NamedTemporaryFile(dir=path.parent, suffix=".tmp", delete=False)  # noqa: SIM115
+    except OSError:
+        return  # a cache that cannot be written is passed by
+    try:
+        with out:
+            np.savez(
+                out,
+                files=np.array(corpus.files, dtype=str),
+                eval_files=np.array(corpus.eval_files, dtype=str),
+                **arrays,
+            )
+        os.replace(out.name, path)
+    except OSError:
+        Path(out.name).unlink(missing_ok=True)
+
+
 @lru_cache(maxsize=4)
 def load_corpus(root: Path | None = None, max_bytes: int = MAX_SOURCE_BYTES) -> Corpus:
-    """The corpus of the standard library at ``root`` (this interpreter's by default)."""
+    """The corpus of the standard library at ``root`` (this interpreter's by default), from
+    the user's cache when it was cut there before from the same files."""
     root = root or stdlib_root()
-    try:
-        paths = sorted(root.glob("*.py"))
-    except OSError:
-        paths = []
+    paths = _candidates(root)
+    kept_at = _cache_file(root, max_bytes, paths)
+    corpus = _cached(kept_at) if kept_at else None
+    if corpus is None:
+        corpus = _cut(root, paths, max_bytes)
+        if kept_at:
+            _keep(kept_at, corpus)
+    return corpus
+
+
+def _cut(root: Path, paths: list[Path], max_bytes: int) -> Corpus:
+    """The corpus cut from ``paths`` (the subset, in order) until ``max_bytes`` are read."""
     taken: list[str] = []
     held_out: list[str] = []
     parts: dict[str, dict[str, list[str]]] = {s: {"train": [], "eval": []} for s in SOURCES}
@@ -124,8 +217,6 @@ def load_corpus(root: Path | None = None, max_bytes: int = MAX_SOURCE_BYTES) -> 
         if read >= max_bytes:
             break
         name_hash = zlib.crc32(path.name.encode())
-        if name_hash % SUBSET_MODULUS or path.name.startswith("_sysconfigdata"):
-            continue  # not in the subset, or this machine's build settings (not source)
         text = _read(path)
         split = split_source(text) if text is not None else None
         if text is None or split is None:
