@@ -141,15 +141,27 @@ class RunMetricsView(RunnerView):
             run = runner_run(request, pk)
             if request.method not in SAFE_METHODS:
                 tokens.admission_keep(run=run)
+        counted_in = ""  # the rate window counting this batch
+
+        def row_checked() -> Run:
+            """The full check, after the batch was counted on the admission: a refusal
+            gives the count back, so a refused batch costs the run nothing."""
+            try:
+                return runner_run(request, pk)
+            except Exception:
+                ingest.metrics_rate_return(counted_in=counted_in)
+                raise
+
         try:
             try:
-                ingest.metrics_rate_check(run_id=run.pk)
+                counted_in = ingest.metrics_rate_check(run_id=run.pk)
                 # The raw body, not request.data: orjson and one checking loop are several
                 # times faster than DRF's parser for 1000 points (bench/ingest.py).
                 checked = metrics_parse.points_check_body(body=request.body)
-            except Exception:
+            except Exception as exc:
                 if admission is not None:  # the row's refusal comes first, as without one
-                    runner_run(request, pk)
+                    counted_in = counted_in or getattr(exc, "counted_in", "")
+                    row_checked()
                 raise
         except ingest.RateLimited as exc:
             return Response(
@@ -163,7 +175,7 @@ class RunMetricsView(RunnerView):
         # Nothing to store (no statement to check the row), or alerts to open before the
         # points: the row is checked first, as without an admission.
         if admission is not None and (first_steps or not len(checked.batch)):
-            admission, run = None, runner_run(request, pk)
+            admission, run = None, row_checked()
         if first_steps:
             opened = alerts_not_finite(run=run, first_steps=first_steps, door=Door.RUNNER)
         try:
@@ -172,7 +184,7 @@ class RunMetricsView(RunnerView):
             )
         except ingest.NotAdmitted:  # nothing written: the row changed, or points were stored
             tokens.admission_forget(run_id=pk)
-            run = runner_run(request, pk)  # refuses as the row now says, or goes again
+            run = row_checked()  # refuses as the row now says, or goes again
             stored, misfits = ingest.metrics_ingest_flagged(
                 run=run, batch=checked.batch, door=Door.RUNNER
             )

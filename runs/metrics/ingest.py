@@ -71,17 +71,25 @@ class NotAdmitted(Exception):
 class RateLimited(DomainError):
     status_code = 429
 
-    def __init__(self, message: str, retry_after: int) -> None:
+    def __init__(self, message: str, retry_after: int, counted_in: str = "") -> None:
         super().__init__(message)
         self.retry_after = retry_after
+        self.counted_in = counted_in  # the window this request was counted in
 
 
-def metrics_rate_check(*, run_id: int) -> None:
-    """At most RUNS_METRICS_RATE_PER_MINUTE requests a minute per run (a fixed window)."""
+def metrics_rate_key(*, run_id: int, window: int) -> str:
+    """The cache key counting a run's metric batches in one minute (``window``: minutes
+    since the epoch)."""
+    return f"runs:metrics-rate:{run_id}:{window}"
+
+
+def metrics_rate_check(*, run_id: int) -> str:
+    """At most RUNS_METRICS_RATE_PER_MINUTE requests a minute per run (a fixed window).
+    Answers the key of the window the request was counted in, for ``metrics_rate_return``."""
     limit = settings.RUNS_METRICS_RATE_PER_MINUTE
     now = timezone.now().timestamp()
     window = int(now // 60)
-    key = f"runs:metrics-rate:{run_id}:{window}"
+    key = metrics_rate_key(run_id=run_id, window=window)
     try:  # one call for every batch but a window's first (one round trip on Redis)
         count = cache.incr(key)
     except ValueError:  # the window's first batch
@@ -98,7 +106,21 @@ def metrics_rate_check(*, run_id: int) -> None:
         raise RateLimited(
             f"This run may send {limit} metric batches a minute; retry in {retry_after} s.",
             retry_after,
+            counted_in=key,
         )
+    return key
+
+
+def metrics_rate_return(*, counted_in: str) -> None:
+    """Take back a request counted in the window ``counted_in`` that the run's row then
+    refused (a batch taken on a kept admission is counted before the row is read): a
+    refused batch uses up none of the run's minute, as without an admission."""
+    if not counted_in:
+        return
+    try:
+        cache.decr(counted_in)
+    except ValueError:  # the window expired meanwhile: nothing left to take back
+        return
 
 
 def metrics_ingest(*, run: Run, batch: PointBatch, require_running: bool = True) -> int:

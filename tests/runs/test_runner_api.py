@@ -544,6 +544,49 @@ def test_on_a_kept_admission_a_run_ended_elsewhere_is_refused_before_anything_el
     assert MetricPoint.objects.filter(run=run).count() == 5
 
 
+def _counted(run: Run) -> int:
+    """The run's metric batches counted toward its rate limit, in this minute and the last
+    (a minute may turn during the test)."""
+    window = int(timezone.now().timestamp() // 60)
+    return sum(
+        cache.get(metric_writes.metrics_rate_key(run_id=run.pk, window=w)) or 0
+        for w in (window - 1, window)
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="admissions are PostgreSQL's")
+@pytest.mark.parametrize("body", ["points", "nothing storable", "a NaN", "not json", "over"])
+def test_a_batch_refused_by_the_row_after_a_kept_admission_uses_none_of_the_rate(
+    api: APIClient, recipe: Any, body: str, settings: Any
+) -> None:
+    """The door counts a batch toward the run's minute before the storing statement finds
+    the row changed; a batch the row then refuses is taken back off the count, as a batch
+    refused by the full check is never counted."""
+    cache.clear()
+    settings.RUNS_METRICS_RATE_PER_MINUTE = 2 if body == "over" else 10
+    run, token = start(Run.objects.filter(plan=launched_plan(recipe)).order_by("pk")[0])
+    for steps in (range(5), range(5, 10)):
+        assert post(api, run, token, "metrics/", batch("train/loss", steps)).status_code == 200
+    assert _counted(run) == 2
+    run.attempt += 1
+    _elsewhere(
+        "UPDATE runs_run SET attempt = %s, token_hash = %s WHERE id = %s",
+        [run.attempt, tokens.token_hash(tokens.run_token(run=run)), run.pk],
+    )
+    sent = {
+        "points": batch("train/loss", range(10, 15)),
+        "nothing storable": '{"points": [{"key": "a b", "step": 1, "value": 1}]}',
+        "a NaN": '{"points": [{"key": "a", "step": 1, "value": NaN}]}',
+        "not json": "not json",
+        "over": batch("train/loss", range(10, 15)),
+    }[body]
+    stale = post(api, run, token, "metrics/", sent)
+    assert stale.status_code == 409, stale.content
+    assert _counted(run) == 2
+    assert MetricPoint.objects.filter(run=run).count() == 10
+
+
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="admissions are PostgreSQL's")
 def test_a_kept_admission_refuses_a_token_rotated_or_restarted_by_another_process(
