@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from rest_framework.test import APIClient
 
+from tests import scheduling
 from tests.factories import ProposalFactory, RecipeFactory, UserFactory
 from tests.resources import worker_redis_url
 
@@ -84,27 +85,17 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         _stop_leftover_jobs(factory.getbasetemp())
 
 
-# The files whose tests take seconds to a minute each (servers, browsers, clusters), first in
-# collection order. bin/test's workers take whole files, pytest-xdist handing out those with
-# the most tests first (its loadscope reorder), so this order decides only among files of as
-# many tests; taking the files in this order instead (`--no-loadscope-reorder`) ran all the
-# heavy files at once at the start and was not faster (636 s against 594, one run each, docs
-# in bench/RESULTS.md).
-SLOW_FILES_FIRST = (
-    "tests/system/",
-    "tests/browser/",
-    "tests/runs/executors/",  # real Iris and Ray clusters; Iris's minute-long time-limit check
-    "tests/client/",  # a Levanter trainer, a fresh virtual environment
-    "tests/runs/recipes/test_demo.py",  # the tiny ladder trained for real
-    "tests/runs/test_tiny_moe.py",
-)
+def pytest_configure(config: pytest.Config) -> None:
+    if scheduling.recorder_wanted(config):
+        config.pluginmanager.register(scheduling.DurationsRecorder(config), "file-durations")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if str(item.path.relative_to(ROOT)) in SQLITE_TOO:
             item.add_marker(pytest.mark.sqlite)
-    items.sort(key=lambda item: not str(item.path.relative_to(ROOT)).startswith(SLOW_FILES_FIRST))
+    # The longest files first, as bin/test's processes take them (tests/scheduling.py).
+    scheduling.longest_first(items, scheduling.file_seconds())
 
 
 @pytest.fixture
