@@ -254,6 +254,12 @@ def _cuts(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return seen
 
 
+def _fresh(root: Path) -> data.Corpus:
+    """The corpus as a new trainer process loads it (no memo of this process's)."""
+    data.load_corpus.cache_clear()
+    return data.load_corpus(root)
+
+
 def _same(one: data.Corpus, other: data.Corpus) -> bool:
     return (
         one.files == other.files
@@ -275,13 +281,11 @@ def test_the_corpus_is_cut_once_and_read_back_the_same(
     first = data.load_corpus(root)
     assert cuts and len(list(own_cache.glob("corpus-*.npz"))) == 1
     cut_then = len(cuts)
-    data.load_corpus.cache_clear()
-    again = data.load_corpus(root)
+    again = _fresh(root)
     assert len(cuts) == cut_then  # from the cache, nothing cut
     assert _same(first, again)
-    data.load_corpus.cache_clear()
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "elsewhere"))
-    assert _same(data.load_corpus(root), first)  # what the cache gave is what a cut gives
+    assert _same(_fresh(root), first)  # what the cache gave is what a cut gives
     assert len(cuts) == 2 * cut_then
 
 
@@ -294,8 +298,7 @@ def test_a_changed_file_or_a_broken_cache_is_cut_again(
     cut_once = len(cuts)
     changed = root / first.files[0]
     changed.write_text(changed.read_text() + "def added(x):\n    return x\n")
-    data.load_corpus.cache_clear()
-    after = data.load_corpus(root)
+    after = _fresh(root)
     assert len(cuts) == 2 * cut_once
     assert len(after.train["code"]) + len(after.eval["code"]) > len(first.train["code"]) + len(
         first.eval["code"]
@@ -303,11 +306,9 @@ def test_a_changed_file_or_a_broken_cache_is_cut_again(
     kept = sorted(own_cache.glob("corpus-*.npz"), key=lambda path: path.stat().st_mtime_ns)
     assert len(kept) == 2
     kept[-1].write_bytes(b"PK\x03\x04 half a file")
-    data.load_corpus.cache_clear()
-    assert _same(data.load_corpus(root), after)
+    assert _same(_fresh(root), after)
     assert len(cuts) == 3 * cut_once
-    data.load_corpus.cache_clear()
-    assert _same(data.load_corpus(root), after)  # written whole again
+    assert _same(_fresh(root), after)  # written whole again
     assert len(cuts) == 3 * cut_once
 
 
@@ -317,9 +318,7 @@ def test_a_cache_that_cannot_be_written_is_passed_by(
     blocked = tmp_path / "not-a-folder"
     blocked.write_text("")
     monkeypatch.setenv("XDG_CACHE_HOME", str(blocked))
-    data.load_corpus.cache_clear()
-    root = _library(tmp_path / "lib")
-    assert len(data.load_corpus(root).files) > 10
+    assert len(_fresh(_library(tmp_path / "lib")).files) > 10
     assert blocked.read_text() == ""
 
 
