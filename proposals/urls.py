@@ -1,4 +1,5 @@
 from django.urls import path
+from django.views.generic import RedirectView
 
 from proposals import follow_views, live, views
 from proposals.feeds import FEEDS, InterventionsFeed
@@ -7,6 +8,12 @@ app_name = "proposals"
 
 urlpatterns = [
     path("", views.proposal_list, name="list"),
+    # The list lives at the site's root; /proposals/, where its pages sit, goes there too.
+    path(
+        "proposals/",
+        RedirectView.as_view(pattern_name="proposals:list", query_string=True),
+        name="list-at-root",
+    ),
     path("proposals/new/", views.proposal_create, name="create"),
     path("proposals/review-queue/", views.review_queue, name="review-queue"),
     path("proposals/<int:pk>/", views.proposal_detail, name="detail"),

@@ -168,6 +168,13 @@ def test_detail_renders_markdown_sanitized(client: Client, recipe: Any) -> None:
     assert "onerror" not in content
 
 
+def test_the_proposals_path_leads_to_the_list_with_its_filters(client: Client) -> None:
+    response = client.get("/proposals/?state=approved&q=moe")
+    assert response.status_code == 302
+    assert response["Location"] == "/?state=approved&q=moe"
+    assert client.get("/proposals/", follow=True).status_code == 200
+
+
 def test_detail_of_missing_proposal_is_404(client: Client) -> None:
     assert client.get("/proposals/999999/").status_code == 404
 
