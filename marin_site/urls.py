@@ -1,6 +1,7 @@
 from allauth.socialaccount.providers.github import views as github_views
 from django.contrib import admin
 from django.urls import include, path
+from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from marin_site import import_views, views
@@ -32,6 +33,7 @@ urlpatterns = [
     path("accounts/github/login/callback/", views.github_sign_in(github_views.oauth2_callback)),
     path("accounts/", include("allauth.urls")),
     path("admin/", admin.site.urls),
+    path("api/", RedirectView.as_view(pattern_name="api-docs"), name="api"),  # its pages
     path("api/v1/", include("marin_site.api_urls")),
     path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path(

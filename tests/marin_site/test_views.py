@@ -23,3 +23,8 @@ def test_favicon_ico_leads_to_the_icon(client: Client) -> None:
     response = client.get("/favicon.ico")
     assert response.status_code == 301
     assert response["Location"] == "/static/img/favicon.svg"
+
+
+def test_the_api_s_own_path_leads_to_its_documentation(client: Client) -> None:
+    response = client.get("/api/")
+    assert response.status_code == 302 and response["Location"] == "/api/docs/"
